@@ -1,0 +1,112 @@
+-- The hookinbox inbox. This file is the one source of the schema: the binary embeds it and
+-- applies each "-- migrate: N" section whose N is above the file's PRAGMA user_version, in
+-- order, in one transaction each. Never edit a released section; add a new one.
+--
+-- Conventions, so that `sqlite3 inbox.db` answers an operator's questions as it is:
+--   * times are UTC ISO-8601 text with milliseconds ('2026-11-30T07:31:02.123Z'): readable,
+--     and text order is time order;
+--   * states are words, checked by CHECK constraints;
+--   * bodies are the exact raw bytes received, stored as TEXT when they are valid UTF-8
+--     (so the shell shows them) and as BLOB otherwise;
+--   * features stay within what Debian 12's sqlite3 (3.40) can open.
+
+-- migrate: 1
+
+-- One row per distinct event identity (source, account, provider event id). Written once;
+-- later only pruned (body and headers dropped after keep_payload, the row after
+-- keep_identity).
+CREATE TABLE events (
+    id            INTEGER PRIMARY KEY,
+    source        TEXT    NOT NULL,           -- the configured source (URL /hooks/<source>)
+    account       TEXT    NOT NULL DEFAULT '',-- the source's configured account scope
+    event_id      TEXT    NOT NULL,           -- the provider's stable event id
+    sha256        TEXT    NOT NULL,           -- lowercase hex SHA-256 of the raw body
+    size          INTEGER NOT NULL,           -- bytes in the raw body
+    body          BLOB,                       -- the raw body; NULL once pruned
+    headers       TEXT,                       -- JSON [[name, value], …] as received, secrets removed; NULL once pruned
+    event_type    TEXT,                       -- the provider's event type, where the scheme has one
+    provider_time TEXT,                       -- the provider's signed timestamp, where the scheme has one
+    received_at   TEXT    NOT NULL,           -- when hookinbox committed it
+    pruned_at     TEXT,                       -- when body and headers were dropped
+    UNIQUE (source, account, event_id)
+);
+CREATE INDEX events_received ON events (received_at);
+
+-- One row per event and configured target: the delivery worker's queue and its state.
+-- Written in the same transaction as the event, so an event is never stored without them.
+CREATE TABLE deliveries (
+    id              INTEGER PRIMARY KEY,
+    event           INTEGER NOT NULL REFERENCES events (id) ON DELETE CASCADE,
+    target          TEXT    NOT NULL,         -- the target's name in the source's config
+    idempotency_key TEXT    NOT NULL UNIQUE,  -- fixed at insert, sent on every attempt forever
+    state           TEXT    NOT NULL DEFAULT 'pending'
+                    CHECK (state IN ('pending', 'in_flight', 'delivered', 'dead', 'superseded')),
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at TEXT    NOT NULL,         -- due time while pending
+    lease_until     TEXT,                     -- while in_flight: when the claim expires
+    last_error      TEXT,                     -- why the last attempt failed, if it did
+    created_at      TEXT    NOT NULL,
+    updated_at      TEXT    NOT NULL,
+    UNIQUE (event, target)
+);
+CREATE INDEX deliveries_due ON deliveries (state, next_attempt_at);
+
+-- Same identity, different bytes: the new bytes are quarantined here and never forwarded.
+-- One row per distinct version; a provider retrying the same conflicting bytes bumps `seen`.
+CREATE TABLE conflicts (
+    id              INTEGER PRIMARY KEY,
+    event           INTEGER REFERENCES events (id) ON DELETE SET NULL,  -- the original
+    source          TEXT    NOT NULL,
+    account         TEXT    NOT NULL DEFAULT '',
+    event_id        TEXT    NOT NULL,
+    original_sha256 TEXT    NOT NULL,         -- the stored event's hash
+    sha256          TEXT    NOT NULL,         -- this version's hash
+    size            INTEGER NOT NULL,
+    body            BLOB,                     -- this version's raw bytes
+    headers         TEXT,
+    received_at     TEXT    NOT NULL,         -- first time this version arrived
+    last_seen_at    TEXT    NOT NULL,
+    seen            INTEGER NOT NULL DEFAULT 1,
+    UNIQUE (source, account, event_id, sha256)
+);
+
+-- Newest events first, with a status in words derived from their deliveries:
+-- 'stored' (no targets), 'pending', 'dead' (some target gave up), or 'delivered'.
+CREATE VIEW recent_events AS
+SELECT e.id, e.received_at, e.source, e.account, e.event_id, e.event_type, e.size,
+       CASE
+           WHEN NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event = e.id) THEN 'stored'
+           WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event = e.id
+                        AND d.state IN ('pending', 'in_flight')) THEN 'pending'
+           WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event = e.id
+                        AND d.state = 'dead') THEN 'dead'
+           ELSE 'delivered'
+       END AS status,
+       (SELECT group_concat(d.target || '=' || d.state, ' ')
+          FROM deliveries d WHERE d.event = e.id) AS deliveries,
+       e.body IS NULL AS pruned
+  FROM events e
+ ORDER BY e.id DESC;
+
+-- What is waiting to be forwarded, soonest first.
+CREATE VIEW pending_deliveries AS
+SELECT d.id, e.source, e.event_id, d.target, d.state, d.attempts, d.next_attempt_at,
+       d.lease_until, d.last_error, e.received_at, d.idempotency_key
+  FROM deliveries d JOIN events e ON e.id = d.event
+ WHERE d.state IN ('pending', 'in_flight')
+ ORDER BY d.next_attempt_at;
+
+-- Deliveries that gave up, newest first: the candidates for replay.
+CREATE VIEW dead_deliveries AS
+SELECT d.id, e.source, e.event_id, d.target, d.attempts, d.last_error, d.updated_at,
+       e.received_at, d.idempotency_key
+  FROM deliveries d JOIN events e ON e.id = d.event
+ WHERE d.state = 'dead'
+ ORDER BY d.updated_at DESC;
+
+-- Quarantined versions beside the original they conflict with, newest first.
+CREATE VIEW recent_conflicts AS
+SELECT c.id, c.last_seen_at, c.source, c.account, c.event_id, c.seen,
+       c.original_sha256, c.sha256, c.size, c.received_at, c.event AS original_event
+  FROM conflicts c
+ ORDER BY c.last_seen_at DESC;

@@ -1,0 +1,71 @@
+//! The admin listener: `/metrics` (Prometheus text), `/healthz` (the process answers) and
+//! `/readyz` (the store commits and the writer drains its queue). Local by default; it is
+//! for the operator's scraper and the load balancer, never for providers.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::header::CONTENT_TYPE;
+use hyper::http::{Method, StatusCode};
+use hyper::{Request, Response};
+
+use crate::metrics::Metrics;
+use crate::receive::listener::Handler;
+use crate::store::writer::Writer;
+
+/// How long `/readyz` waits for the writer to drain its queue before calling it stuck.
+const READY_PING_TIMEOUT: Duration = Duration::from_secs(2);
+
+pub struct Admin {
+    pub metrics: Arc<Metrics>,
+    pub writer: Writer,
+}
+
+impl Handler for Admin {
+    async fn handle(&self, req: Request<Incoming>, _peer: SocketAddr) -> Response<Full<Bytes>> {
+        if req.method() != Method::GET {
+            return text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
+        }
+        match req.uri().path() {
+            "/metrics" => Response::builder()
+                .header(
+                    CONTENT_TYPE,
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                )
+                .body(Full::new(self.metrics.encode().into()))
+                .expect("static header values are valid"),
+            "/healthz" => text(StatusCode::OK, "ok\n"),
+            "/readyz" => {
+                let drains = tokio::time::timeout(READY_PING_TIMEOUT, self.writer.ping())
+                    .await
+                    .is_ok_and(|r| r.is_ok());
+                let commits = self.writer.health().last_commit_ok.load(Ordering::Relaxed);
+                match (drains, commits) {
+                    (true, true) => text(StatusCode::OK, "ready\n"),
+                    (false, _) => text(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "not ready: the writer is not draining its queue\n",
+                    ),
+                    (true, false) => text(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "not ready: the last commit failed\n",
+                    ),
+                }
+            }
+            _ => text(StatusCode::NOT_FOUND, "not found\n"),
+        }
+    }
+}
+
+fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(status)
+        .header(CONTENT_TYPE, "text/plain; charset=utf-8")
+        .body(Full::new(Bytes::from_static(body.as_bytes())))
+        .expect("static header values are valid")
+}

@@ -1,0 +1,51 @@
+//! Wall-clock time in the two forms the inbox uses: unix seconds for signature windows, and
+//! fixed-width UTC ISO-8601 text (`2026-11-30T07:31:02.123Z`) for every stored time, so that
+//! an operator's `sqlite3` shows readable times and text comparison orders them correctly.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Seconds since the unix epoch.
+pub fn unix_now() -> i64 {
+    unix(SystemTime::now())
+}
+
+pub fn unix(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_secs() as i64,
+        Err(e) => -(e.duration().as_secs() as i64),
+    }
+}
+
+/// The inbox's text form of a time, always 24 characters with milliseconds.
+pub fn iso(t: SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+/// The inbox's text form of a unix-seconds timestamp; out-of-range values are clamped to the
+/// epoch rather than refused, since they are informational (a provider's clock).
+pub fn iso_from_unix(secs: i64) -> String {
+    let t = u64::try_from(secs)
+        .ok()
+        .and_then(|s| UNIX_EPOCH.checked_add(Duration::from_secs(s)))
+        .filter(|t| unix(*t) < 253_402_300_799) // year 9999: humantime's limit
+        .unwrap_or(UNIX_EPOCH);
+    iso(t)
+}
+
+pub fn iso_now() -> String {
+    iso(SystemTime::now())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iso_is_fixed_width_utc() {
+        assert_eq!(iso_from_unix(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(iso_from_unix(1_700_000_000), "2023-11-14T22:13:20.000Z");
+        assert_eq!(iso_from_unix(-5), "1970-01-01T00:00:00.000Z");
+        assert_eq!(iso_from_unix(i64::MAX), "1970-01-01T00:00:00.000Z");
+        assert_eq!(iso_now().len(), 24);
+    }
+}

@@ -1,0 +1,160 @@
+//! `hookinbox serve`: the public listener, the admin listener and the writer, until SIGTERM
+//! or SIGINT.
+//!
+//! Start-up order matters for the promise: the inbox is opened and migrated first (a bad
+//! path fails before any port is bound), then both listeners are bound, then the writer is
+//! pinged, and only then is the service ready. Shutdown runs in reverse: stop accepting,
+//! let in-flight requests finish (each is answered 2xx only after its commit, or 503), then
+//! let the writer commit what was queued and close the inbox.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::admin::Admin;
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::receive::Receiver;
+use crate::receive::listener::{self, Limits};
+use crate::store::writer::Writer;
+
+/// Connections the admin listener serves at once: it has one scraper and a health checker.
+const ADMIN_MAX_CONNECTIONS: usize = 16;
+/// How long a shutdown waits for the writer to commit what is queued and close the inbox.
+const WRITER_FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// A started server.
+pub struct Running {
+    pub public_addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    pub metrics: Arc<Metrics>,
+    stop: oneshot::Sender<()>,
+    done: JoinHandle<()>,
+}
+
+impl Running {
+    /// Stops accepting, drains, flushes the writer; returns when the inbox is closed.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(());
+        let _ = self.done.await;
+    }
+
+    /// Waits until the server stops by itself (it does not, unless a task fails).
+    pub async fn wait(&mut self) {
+        let _ = (&mut self.done).await;
+    }
+}
+
+/// Opens the inbox, binds both listeners and starts serving.
+pub async fn start(config: Config) -> anyhow::Result<Running> {
+    let metrics = Arc::new(Metrics::new());
+    let store_path = config.store.path.clone();
+    if let Some(dir) = store_path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating the inbox directory {}", dir.display()))?;
+    }
+    let (writer, writer_thread) = Writer::start(
+        store_path.clone(),
+        config.store.synchronous,
+        metrics.clone(),
+    )
+    .with_context(|| format!("opening the inbox {}", store_path.display()))?;
+
+    let public = TcpListener::bind(config.server.listen)
+        .await
+        .with_context(|| {
+            format!(
+                "binding server.listen {} (is another process using the port?)",
+                config.server.listen
+            )
+        })?;
+    let admin = TcpListener::bind(config.admin.listen)
+        .await
+        .with_context(|| {
+            format!(
+                "binding admin.listen {} (is another process using the port?)",
+                config.admin.listen
+            )
+        })?;
+    let public_addr = public.local_addr()?;
+    let admin_addr = admin.local_addr()?;
+    writer
+        .ping()
+        .await
+        .context("the inbox writer did not start")?;
+
+    let limits = Limits {
+        header_timeout: config.server.header_timeout,
+        max_connections: config.server.max_connections,
+    };
+    let admin_limits = Limits {
+        header_timeout: config.server.header_timeout,
+        max_connections: ADMIN_MAX_CONNECTIONS,
+    };
+    let sources = config.sources.len();
+    let receiver = Arc::new(Receiver::new(config, writer.clone(), metrics.clone()));
+    let admin_handler = Arc::new(Admin {
+        metrics: metrics.clone(),
+        writer,
+    });
+
+    let (stop, stopped) = oneshot::channel::<()>();
+    let (admin_stop, admin_stopped) = oneshot::channel::<()>();
+    let done = tokio::spawn(async move {
+        let admin_task = tokio::spawn(listener::serve(admin, admin_limits, admin_handler, async {
+            let _ = admin_stopped.await;
+        }));
+        listener::serve(public, limits, receiver, async {
+            let _ = stopped.await;
+        })
+        .await;
+        let _ = admin_stop.send(());
+        let _ = admin_task.await;
+        // Every Writer handle is gone with the listeners' handlers: the thread commits what
+        // is queued, closes the inbox, and ends.
+        // A connection still stuck past the drain keeps a handle alive; it is bounded by the
+        // body timeout and the commit wait, and so is this.
+        let flushed = tokio::task::spawn_blocking(move || writer_thread.join());
+        match tokio::time::timeout(WRITER_FLUSH_TIMEOUT, flushed).await {
+            Ok(_) => tracing::info!("stopped; the inbox is closed"),
+            Err(_) => tracing::warn!(
+                "stopped without waiting longer for the writer; every acknowledged event is already committed"
+            ),
+        }
+    });
+    tracing::info!(public = %public_addr, admin = %admin_addr, inbox = %store_path.display(), sources, "listening");
+    Ok(Running {
+        public_addr,
+        admin_addr,
+        metrics,
+        stop,
+        done,
+    })
+}
+
+/// Runs until SIGTERM or SIGINT.
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    for warning in config.warnings() {
+        tracing::warn!("{warning}");
+    }
+    let running = start(config).await?;
+    shutdown_signal().await?;
+    tracing::info!("shutting down: no new connections; finishing in-flight requests");
+    running.shutdown().await;
+    Ok(())
+}
+
+async fn shutdown_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    Ok(())
+}

@@ -1,0 +1,742 @@
+//! The configuration file: TOML parsed strictly (an unknown key is an error), then validated
+//! into a [`Config`] whose secrets are loaded and whose schemes are ready to verify.
+//!
+//! Two phases, as in ripgrep's low/high-level arguments: `Raw*` types mirror the file
+//! exactly; [`Config`] is what the rest of the program uses. Every error names the file and
+//! the key, and never a secret's value.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hyper::http::{HeaderName, StatusCode};
+use serde::{Deserialize, Deserializer};
+
+use crate::scheme::{self, IdRule, Kind, Scheme};
+use crate::secret::{self, Origin, Secret};
+
+/// Where `--config` points when it is not given: the packaged location, else the current
+/// directory.
+pub const SYSTEM_PATH: &str = "/etc/hookinbox/hookinbox.toml";
+pub const LOCAL_PATH: &str = "hookinbox.toml";
+
+/// Largest body accepted by default. GitHub caps payloads at 25 MB, but nearly every
+/// provider sends well under 1 MiB; an operator with large payloads raises it.
+pub const DEFAULT_MAX_BODY: u64 = 1024 * 1024;
+/// Hard ceiling on `max_body`: a body is held in memory while it is verified and committed.
+pub const MAX_MAX_BODY: u64 = 64 * 1024 * 1024;
+/// How long a client may take to send its request head; also the keep-alive idle timeout
+/// (hyper restarts this timer while waiting for the next request on a connection).
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client may take to send its body once the head arrived.
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Concurrent connections on the public listener; more wait in the kernel's accept queue.
+/// Sized for a small VM: each connection costs a task, a buffer, and at most one body.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// Bodies and headers of finished events are dropped after this long (DESIGN §4).
+pub const DEFAULT_KEEP_PAYLOAD: Duration = Duration::from_secs(30 * 86_400);
+/// The compact identity row stays this long, so that a late redelivery is still a duplicate.
+pub const DEFAULT_KEEP_IDENTITY: Duration = Duration::from_secs(400 * 86_400);
+/// The status answered to a same-id, different-bytes delivery.
+pub const DEFAULT_ON_CONFLICT: u16 = 409;
+/// Per-target delivery defaults (DESIGN §6); used by the delivery worker.
+pub const DEFAULT_TARGET_TIMEOUT: Duration = Duration::from_secs(15);
+pub const DEFAULT_TARGET_CONCURRENCY: usize = 4;
+pub const DEFAULT_RETRY: [Duration; 7] = [
+    Duration::from_secs(5),
+    Duration::from_secs(5 * 60),
+    Duration::from_secs(30 * 60),
+    Duration::from_secs(2 * 3600),
+    Duration::from_secs(5 * 3600),
+    Duration::from_secs(10 * 3600),
+    Duration::from_secs(10 * 3600),
+];
+
+/// The validated configuration.
+#[derive(Debug)]
+pub struct Config {
+    /// The file it was read from, for messages.
+    pub path: PathBuf,
+    pub server: Server,
+    pub admin: Admin,
+    pub store: Store,
+    pub sources: Vec<Source>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Server {
+    /// The public webhook listener.
+    pub listen: SocketAddr,
+    /// Largest accepted body in bytes; larger is answered 413 without reading past it.
+    pub max_body: u64,
+    pub header_timeout: Duration,
+    pub body_timeout: Duration,
+    pub max_connections: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct Admin {
+    /// `/metrics`, `/healthz`, `/readyz`. Local by default; never meant to be public.
+    pub listen: SocketAddr,
+}
+
+#[derive(Debug, Clone)]
+pub struct Store {
+    pub path: PathBuf,
+    pub synchronous: Synchronous,
+}
+
+/// SQLite's `synchronous` in WAL mode: FULL fsyncs the WAL on every commit, so an
+/// acknowledged event survives power loss; NORMAL survives only a process crash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Synchronous {
+    Full,
+    Normal,
+}
+
+#[derive(Debug)]
+pub struct Source {
+    /// Served at `POST /hooks/<name>`.
+    pub name: String,
+    pub scheme: Scheme,
+    /// Scope inside the identity, for one source serving several provider accounts.
+    pub account: String,
+    pub on_conflict: StatusCode,
+    pub keep_payload: Duration,
+    pub keep_identity: Duration,
+    pub targets: Vec<Target>,
+    /// Where each secret came from, for `check`'s warnings.
+    pub secret_origins: Vec<Origin>,
+}
+
+#[derive(Debug)]
+pub struct Target {
+    pub name: String,
+    pub kind: TargetKind,
+    pub timeout: Duration,
+    pub retry: Vec<Duration>,
+    pub concurrency: usize,
+    /// When set, forwarded requests carry a Standard Webhooks signature made with it.
+    pub sign_secret: Option<Secret>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TargetKind {
+    Url(String),
+    /// argv; run without a shell.
+    Command(Vec<String>),
+}
+
+// ---- the file as written -------------------------------------------------------------
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    server: RawServer,
+    #[serde(default)]
+    admin: RawAdmin,
+    store: RawStore,
+    #[serde(default)]
+    sources: Vec<RawSource>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    #[serde(default = "default_listen")]
+    listen: SocketAddr,
+    #[serde(default = "default_max_body", deserialize_with = "de_size")]
+    max_body: u64,
+    #[serde(default = "default_header_timeout", deserialize_with = "de_duration")]
+    header_timeout: Duration,
+    #[serde(default = "default_body_timeout", deserialize_with = "de_duration")]
+    body_timeout: Duration,
+    #[serde(default = "default_max_connections")]
+    max_connections: usize,
+}
+
+impl Default for RawServer {
+    fn default() -> Self {
+        RawServer {
+            listen: default_listen(),
+            max_body: DEFAULT_MAX_BODY,
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
+            body_timeout: DEFAULT_BODY_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAdmin {
+    #[serde(default = "default_admin_listen")]
+    listen: SocketAddr,
+}
+
+impl Default for RawAdmin {
+    fn default() -> Self {
+        RawAdmin {
+            listen: default_admin_listen(),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStore {
+    path: PathBuf,
+    #[serde(default = "default_synchronous")]
+    synchronous: Synchronous,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSource {
+    name: String,
+    scheme: String,
+    secrets: Vec<String>,
+    #[serde(default)]
+    account: String,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    tolerance: Option<Duration>,
+    #[serde(default = "default_on_conflict")]
+    on_conflict: u16,
+    #[serde(default = "default_keep_payload", deserialize_with = "de_duration")]
+    keep_payload: Duration,
+    #[serde(default = "default_keep_identity", deserialize_with = "de_duration")]
+    keep_identity: Duration,
+    /// Overrides the scheme's event id: a header name…
+    #[serde(default)]
+    id_header: Option<String>,
+    /// …or a JSON pointer into the body.
+    #[serde(default)]
+    id_pointer: Option<String>,
+    #[serde(default)]
+    hmac: Option<scheme::hmac::Spec>,
+    #[serde(default)]
+    targets: Vec<RawTarget>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTarget {
+    name: String,
+    #[serde(default)]
+    url: Option<String>,
+    #[serde(default)]
+    command: Option<Vec<String>>,
+    #[serde(default = "default_target_timeout", deserialize_with = "de_duration")]
+    timeout: Duration,
+    #[serde(default, deserialize_with = "de_opt_durations")]
+    retry: Option<Vec<Duration>>,
+    #[serde(default = "default_target_concurrency")]
+    concurrency: usize,
+    #[serde(default)]
+    sign_secret: Option<String>,
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 8080))
+}
+fn default_admin_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 9180))
+}
+fn default_max_body() -> u64 {
+    DEFAULT_MAX_BODY
+}
+fn default_header_timeout() -> Duration {
+    DEFAULT_HEADER_TIMEOUT
+}
+fn default_body_timeout() -> Duration {
+    DEFAULT_BODY_TIMEOUT
+}
+fn default_max_connections() -> usize {
+    DEFAULT_MAX_CONNECTIONS
+}
+fn default_synchronous() -> Synchronous {
+    Synchronous::Full
+}
+fn default_on_conflict() -> u16 {
+    DEFAULT_ON_CONFLICT
+}
+fn default_keep_payload() -> Duration {
+    DEFAULT_KEEP_PAYLOAD
+}
+fn default_keep_identity() -> Duration {
+    DEFAULT_KEEP_IDENTITY
+}
+fn default_target_timeout() -> Duration {
+    DEFAULT_TARGET_TIMEOUT
+}
+fn default_target_concurrency() -> usize {
+    DEFAULT_TARGET_CONCURRENCY
+}
+
+fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(d)?;
+    parse_duration(&text).map_err(serde::de::Error::custom)
+}
+
+fn de_opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    de_duration(d).map(Some)
+}
+
+fn de_opt_durations<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<Duration>>, D::Error> {
+    let texts = Vec::<String>::deserialize(d)?;
+    texts
+        .iter()
+        .map(|t| parse_duration(t))
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
+        .map_err(serde::de::Error::custom)
+}
+
+fn de_size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let text = String::deserialize(d)?;
+    parse_size(&text).map_err(serde::de::Error::custom)
+}
+
+/// A human duration: `"5m"`, `"30d"`, `"1h 30m"`, `"500ms"`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text.trim()).map_err(|e| {
+        format!("bad duration {text:?} ({e}); write a number and a unit, like \"30s\", \"5m\" or \"30d\"")
+    })
+}
+
+/// A human size: `"1MiB"`, `"512KiB"`, `"1000000"` (bytes), `"2 MB"`.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let bad =
+        || format!("bad size {text:?}; write a number and a unit, like \"1MiB\" or \"512KiB\"");
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    let mult: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KB" | "kB" => 1000,
+        "KiB" => 1024,
+        "MB" => 1000 * 1000,
+        "MiB" => 1024 * 1024,
+        "GB" => 1000 * 1000 * 1000,
+        "GiB" => 1024 * 1024 * 1024,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(mult).ok_or_else(bad)
+}
+
+// ---- loading and validation ----------------------------------------------------------
+
+/// The path `--config` means when it is not given.
+pub fn default_path() -> PathBuf {
+    if Path::new(SYSTEM_PATH).exists() {
+        PathBuf::from(SYSTEM_PATH)
+    } else {
+        PathBuf::from(LOCAL_PATH)
+    }
+}
+
+/// Reads, parses and validates the configuration at `path`, loading every secret.
+pub fn load(path: &Path) -> anyhow::Result<Config> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot read config file {}: {e} (pass --config FILE; examples/quickstart.toml is a start)",
+            path.display()
+        )
+    })?;
+    let credentials = std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from);
+    from_str(&text, path, credentials.as_deref())
+}
+
+/// Parses and validates configuration text; `path` is used in messages and to resolve a
+/// relative store path.
+pub fn from_str(text: &str, path: &Path, credentials: Option<&Path>) -> anyhow::Result<Config> {
+    let raw: RawConfig =
+        toml::from_str(text).map_err(|e| anyhow::anyhow!("config file {}: {e}", path.display()))?;
+    validate(raw, path, credentials)
+        .map_err(|e| anyhow::anyhow!("config file {}: {e}", path.display()))
+}
+
+fn validate(raw: RawConfig, path: &Path, credentials: Option<&Path>) -> Result<Config, String> {
+    let s = &raw.server;
+    if s.max_body == 0 || s.max_body > MAX_MAX_BODY {
+        return Err(format!(
+            "server.max_body must be between 1 byte and {} MiB",
+            MAX_MAX_BODY / 1024 / 1024
+        ));
+    }
+    if s.header_timeout.is_zero() || s.body_timeout.is_zero() {
+        return Err("server.header_timeout and server.body_timeout must be more than zero".into());
+    }
+    if s.max_connections == 0 {
+        return Err("server.max_connections must be at least 1".into());
+    }
+    // A relative store path is relative to the config file, so that a config works from any
+    // working directory (systemd starts services in /).
+    let store_path = if raw.store.path.is_relative() {
+        path.parent()
+            .unwrap_or(Path::new("."))
+            .join(&raw.store.path)
+    } else {
+        raw.store.path.clone()
+    };
+
+    let mut names = HashSet::new();
+    let mut sources = Vec::with_capacity(raw.sources.len());
+    for (i, rs) in raw.sources.into_iter().enumerate() {
+        let at = format!("sources[{i}] ({:?})", rs.name);
+        if !valid_name(&rs.name) {
+            return Err(format!(
+                "{at}.name must be 1-64 characters of a-z, 0-9, '-' or '_' (it is a URL path segment)"
+            ));
+        }
+        if !names.insert(rs.name.clone()) {
+            return Err(format!("{at}.name is used by two sources"));
+        }
+        sources.push(validate_source(rs, &at, credentials)?);
+    }
+    Ok(Config {
+        path: path.to_owned(),
+        server: Server {
+            listen: s.listen,
+            max_body: s.max_body,
+            header_timeout: s.header_timeout,
+            body_timeout: s.body_timeout,
+            max_connections: s.max_connections,
+        },
+        admin: Admin {
+            listen: raw.admin.listen,
+        },
+        store: Store {
+            path: store_path,
+            synchronous: raw.store.synchronous,
+        },
+        sources,
+    })
+}
+
+fn validate_source(rs: RawSource, at: &str, credentials: Option<&Path>) -> Result<Source, String> {
+    let kind = match (rs.scheme.as_str(), rs.hmac) {
+        ("standard-webhooks", None) => Kind::StandardWebhooks,
+        ("stripe", None) => Kind::Stripe,
+        ("github", None) => Kind::Github,
+        ("shopify", None) => Kind::Shopify,
+        ("slack", None) => Kind::Slack,
+        ("gitlab", None) => Kind::Gitlab,
+        ("hmac", Some(spec)) => Kind::Hmac(validate_hmac(spec, at)?),
+        ("hmac", None) => {
+            return Err(format!(
+                "{at}: scheme \"hmac\" needs an [sources.hmac] table"
+            ));
+        }
+        (_, Some(_)) if is_known_scheme(&rs.scheme) => {
+            return Err(format!("{at}.hmac is only for scheme = \"hmac\""));
+        }
+        (other, _) => {
+            return Err(format!(
+                "{at}.scheme {other:?} is unknown; use one of standard-webhooks, stripe, github, \
+                 shopify, slack, gitlab, hmac"
+            ));
+        }
+    };
+    let id = match (rs.id_header, rs.id_pointer) {
+        (Some(_), Some(_)) => return Err(format!("{at}: set id_header or id_pointer, not both")),
+        (Some(h), None) => Some(IdRule::Header(
+            HeaderName::from_bytes(h.as_bytes())
+                .map_err(|_| format!("{at}.id_header {h:?} is not a valid header name"))?,
+        )),
+        (None, Some(p)) => {
+            if !p.starts_with('/') {
+                return Err(format!(
+                    "{at}.id_pointer {p:?} must be a JSON pointer like \"/id\""
+                ));
+            }
+            Some(IdRule::Pointer(p))
+        }
+        (None, None) => None,
+    };
+    if matches!(kind, Kind::Hmac(_)) && id.is_none() {
+        return Err(format!(
+            "{at}: scheme \"hmac\" has no standard event id; set id_header or id_pointer"
+        ));
+    }
+    let tolerance = rs.tolerance.unwrap_or(scheme::DEFAULT_TOLERANCE);
+    if rs.tolerance.is_some() && !kind.signs_timestamp() {
+        return Err(format!(
+            "{at}.tolerance: scheme {:?} signs no timestamp, so a tolerance cannot apply",
+            kind.name()
+        ));
+    }
+    let on_conflict = StatusCode::from_u16(rs.on_conflict)
+        .ok()
+        .filter(|c| (200..600).contains(&c.as_u16()))
+        .ok_or_else(|| format!("{at}.on_conflict must be an HTTP status between 200 and 599"))?;
+    if rs.keep_identity < rs.keep_payload {
+        return Err(format!(
+            "{at}: keep_identity must be at least keep_payload (the identity row outlives the body)"
+        ));
+    }
+    if rs.secrets.is_empty() {
+        return Err(format!(
+            "{at}.secrets is empty; give at least one (several = rotation)"
+        ));
+    }
+    let mut secrets = Vec::with_capacity(rs.secrets.len());
+    let mut secret_origins = Vec::with_capacity(rs.secrets.len());
+    for (j, reference) in rs.secrets.iter().enumerate() {
+        let (secret, origin) = secret::resolve(reference, credentials)
+            .map_err(|e| format!("{at}.secrets[{j}]: {e}"))?;
+        secrets.push(secret);
+        secret_origins.push(origin);
+    }
+    let scheme =
+        Scheme::new(kind, secrets, tolerance, id).map_err(|e| format!("{at}.secrets: {e}"))?;
+
+    let mut target_names = HashSet::new();
+    let mut targets = Vec::with_capacity(rs.targets.len());
+    for (j, rt) in rs.targets.into_iter().enumerate() {
+        let tat = format!("{at}.targets[{j}] ({:?})", rt.name);
+        if !valid_name(&rt.name) {
+            return Err(format!(
+                "{tat}.name must be 1-64 characters of a-z, 0-9, '-' or '_'"
+            ));
+        }
+        if !target_names.insert(rt.name.clone()) {
+            return Err(format!("{tat}.name is used by two targets of this source"));
+        }
+        targets.push(validate_target(rt, &tat, credentials)?);
+    }
+    Ok(Source {
+        name: rs.name,
+        scheme,
+        account: rs.account,
+        on_conflict,
+        keep_payload: rs.keep_payload,
+        keep_identity: rs.keep_identity,
+        targets,
+        secret_origins,
+    })
+}
+
+fn validate_hmac(spec: scheme::hmac::Spec, at: &str) -> Result<scheme::hmac::Spec, String> {
+    HeaderName::from_bytes(spec.header.as_bytes()).map_err(|_| {
+        format!(
+            "{at}.hmac.header {:?} is not a valid header name",
+            spec.header
+        )
+    })?;
+    if let Some(h) = &spec.timestamp_header {
+        HeaderName::from_bytes(h.as_bytes())
+            .map_err(|_| format!("{at}.hmac.timestamp_header {h:?} is not a valid header name"))?;
+    }
+    if spec.signed.matches("{body}").count() != 1 {
+        return Err(format!(
+            "{at}.hmac.signed must contain {{body}} exactly once"
+        ));
+    }
+    if spec.signed.contains("{timestamp}") && spec.timestamp_header.is_none() {
+        return Err(format!(
+            "{at}.hmac.signed uses {{timestamp}} but hmac.timestamp_header is not set"
+        ));
+    }
+    Ok(spec)
+}
+
+fn validate_target(rt: RawTarget, at: &str, credentials: Option<&Path>) -> Result<Target, String> {
+    let kind = match (rt.url, rt.command) {
+        (Some(url), None) => {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(format!(
+                    "{at}.url {url:?} must start with http:// or https://"
+                ));
+            }
+            TargetKind::Url(url)
+        }
+        (None, Some(argv)) => {
+            if argv.is_empty() || argv[0].is_empty() {
+                return Err(format!(
+                    "{at}.command must name a program: [\"/path/to/program\", \"arg\", …]"
+                ));
+            }
+            TargetKind::Command(argv)
+        }
+        _ => return Err(format!("{at}: set exactly one of url or command")),
+    };
+    if rt.timeout.is_zero() {
+        return Err(format!("{at}.timeout must be more than zero"));
+    }
+    if rt.concurrency == 0 {
+        return Err(format!("{at}.concurrency must be at least 1"));
+    }
+    let retry = rt.retry.unwrap_or_else(|| DEFAULT_RETRY.to_vec());
+    let sign_secret = match rt.sign_secret {
+        None => None,
+        Some(reference) => {
+            let (secret, _) = secret::resolve(&reference, credentials)
+                .map_err(|e| format!("{at}.sign_secret: {e}"))?;
+            scheme::standard_webhooks::decode_secret(&secret)
+                .map_err(|e| format!("{at}.sign_secret: {e}"))?;
+            Some(secret)
+        }
+    };
+    Ok(Target {
+        name: rt.name,
+        kind,
+        timeout: rt.timeout,
+        retry,
+        concurrency: rt.concurrency,
+        sign_secret,
+    })
+}
+
+fn is_known_scheme(name: &str) -> bool {
+    matches!(
+        name,
+        "standard-webhooks" | "stripe" | "github" | "shopify" | "slack" | "gitlab" | "hmac"
+    )
+}
+
+fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+impl Config {
+    pub fn source(&self, name: &str) -> Option<&Source> {
+        self.sources.iter().find(|s| s.name == name)
+    }
+
+    /// Things that work but that an operator should know about. `check` prints them;
+    /// `serve` logs them at start-up.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for s in &self.sources {
+            for (j, origin) in s.secret_origins.iter().enumerate() {
+                if *origin == Origin::Literal {
+                    out.push(format!(
+                        "source {:?}: secrets[{j}] is written in the config file; prefer \
+                         \"file:/etc/hookinbox/secrets/{}\", \"env:NAME\" or \"credential:NAME\"",
+                        s.name, s.name
+                    ));
+                }
+            }
+        }
+        if !self.admin.listen.ip().is_loopback() {
+            out.push(format!(
+                "admin.listen {} is not a loopback address; /metrics and /readyz should not be public",
+                self.admin.listen
+            ));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+[store]
+path = "inbox.db"
+
+[[sources]]
+name = "demo"
+scheme = "standard-webhooks"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+
+[[sources.targets]]
+name = "app"
+url = "http://127.0.0.1:3000/hooks"
+"#;
+
+    fn load(text: &str) -> anyhow::Result<Config> {
+        from_str(text, Path::new("/etc/hookinbox/test.toml"), None)
+    }
+
+    fn err(text: &str) -> String {
+        format!("{:#}", load(text).unwrap_err())
+    }
+
+    #[test]
+    fn minimal_config_gets_defaults() {
+        let c = load(MINIMAL).unwrap();
+        assert_eq!(c.server.max_body, DEFAULT_MAX_BODY);
+        assert_eq!(c.store.path, Path::new("/etc/hookinbox/inbox.db"));
+        assert_eq!(c.store.synchronous, Synchronous::Full);
+        let s = &c.sources[0];
+        assert_eq!(s.on_conflict, StatusCode::CONFLICT);
+        assert_eq!(s.scheme.tolerance(), Duration::from_secs(300));
+        assert_eq!(s.targets[0].retry, DEFAULT_RETRY.to_vec());
+        assert_eq!(c.warnings().len(), 1, "the literal secret is warned about");
+    }
+
+    #[test]
+    fn unknown_key_is_named_with_the_file() {
+        let e = err(&MINIMAL.replace("scheme =", "shceme = \"x\"\nscheme ="));
+        assert!(
+            e.contains("/etc/hookinbox/test.toml") && e.contains("shceme"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn bad_duration_is_named() {
+        let e = err(&MINIMAL.replace(
+            "[[sources.targets]]",
+            "keep_payload = \"30 fortnights\"\n[[sources.targets]]",
+        ));
+        assert!(
+            e.contains("keep_payload") || e.contains("30 fortnights"),
+            "{e}"
+        );
+        assert!(e.contains("bad duration"), "{e}");
+    }
+
+    #[test]
+    fn missing_secret_names_key_and_variable() {
+        let e = err(&MINIMAL.replace(
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            "env:HOOKINBOX_TEST_NOPE",
+        ));
+        assert!(
+            e.contains("sources[0]")
+                && e.contains("secrets[0]")
+                && e.contains("HOOKINBOX_TEST_NOPE"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("1MiB"), Ok(1 << 20));
+        assert_eq!(parse_size("512 KiB"), Ok(512 << 10));
+        assert_eq!(parse_size("1000"), Ok(1000));
+        assert!(parse_size("1 parsec").is_err());
+        assert!(parse_size("99999999999999999999GiB").is_err());
+    }
+
+    #[test]
+    fn hmac_needs_an_id_rule_and_a_body_placeholder() {
+        let base = MINIMAL.replace("standard-webhooks", "hmac").replace(
+            "[[sources.targets]]",
+            "hmac = { header = \"X-Sig\", signed = \"{timestamp}\" }\n[[sources.targets]]",
+        );
+        assert!(err(&base).contains("id_header or id_pointer"));
+        let with_id = base.replace(
+            "scheme = \"hmac\"",
+            "scheme = \"hmac\"\nid_header = \"X-Id\"",
+        );
+        assert!(err(&with_id).contains("{body}"));
+    }
+
+    #[test]
+    fn target_needs_exactly_one_kind() {
+        let e = err(&MINIMAL.replace("url = ", "command = [\"/bin/true\"]\nurl = "));
+        assert!(e.contains("exactly one of url or command"), "{e}");
+    }
+}

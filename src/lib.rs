@@ -1,0 +1,27 @@
+//! hookinbox: a webhook front door. It verifies each delivery's signature over the exact
+//! raw bytes, commits it durably to a SQLite inbox, and only then answers 2xx.
+//!
+//! # Layout
+//!
+//! - [`cli`]: the command line (clap), parsed in `main.rs` and dispatched to [`commands`].
+//! - [`config`]: the TOML file, validated into a [`config::Config`] with secrets loaded.
+//! - [`secret`]: where secrets come from, and a type that never prints them.
+//! - [`scheme`]: one module per signature scheme; pure functions over (headers, body, now).
+//! - [`store`]: the inbox: schema and migrations, the single writer with group commit,
+//!   read-only connections.
+//! - [`receive`]: the public listener: limits, routing, verification, answers.
+//! - [`admin`]: the local admin listener: metrics and health.
+//! - [`metrics`]: the Prometheus registry and every metric hookinbox exports.
+//! - [`commands`]: one module per subcommand.
+//! - [`clock`]: wall-clock time as unix seconds and as the inbox's ISO-8601 text.
+
+pub mod admin;
+pub mod cli;
+pub mod clock;
+pub mod commands;
+pub mod config;
+pub mod metrics;
+pub mod receive;
+pub mod scheme;
+pub mod secret;
+pub mod store;

@@ -1,0 +1,111 @@
+//! Every metric hookinbox exports, in one registry that the admin listener encodes.
+//!
+//! Counter names get `_total` appended by prometheus-client. Labels are bounded: sources and
+//! reasons come from the config and from fixed enums, never from request data.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub source: String,
+    /// accepted, duplicate, conflict, rejected, invalid, handshake, too_large, timeout,
+    /// unavailable.
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FailureLabels {
+    pub source: String,
+    /// A [`crate::scheme::Reject::reason`].
+    pub reason: &'static str,
+}
+
+pub struct Metrics {
+    pub registry: Registry,
+    pub requests: Family<RequestLabels, Counter>,
+    pub signature_failures: Family<FailureLabels, Counter>,
+    /// Events per committed transaction: how well group commit is sharing the fsync.
+    pub writer_batch_size: Histogram,
+    pub writer_commit_seconds: Histogram,
+    pub writer_commit_failures: Counter,
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("hookinbox");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "requests",
+            "Webhook requests by source and outcome",
+            requests.clone(),
+        );
+        let signature_failures = Family::<FailureLabels, Counter>::default();
+        registry.register(
+            "signature_failures",
+            "Requests refused by signature or timestamp checks, by reason",
+            signature_failures.clone(),
+        );
+        let writer_batch_size = Histogram::new(exponential_buckets(1.0, 2.0, 10));
+        registry.register(
+            "writer_batch_size",
+            "Events committed per transaction (group commit)",
+            writer_batch_size.clone(),
+        );
+        let writer_commit_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 14));
+        registry.register(
+            "writer_commit_seconds",
+            "Time from BEGIN to the end of COMMIT (including the fsync) per batch",
+            writer_commit_seconds.clone(),
+        );
+        let writer_commit_failures = Counter::default();
+        registry.register(
+            "writer_commit_failures",
+            "Batches whose commit failed; every request in them was answered 503",
+            writer_commit_failures.clone(),
+        );
+        Metrics {
+            registry,
+            requests,
+            signature_failures,
+            writer_batch_size,
+            writer_commit_seconds,
+            writer_commit_failures,
+        }
+    }
+
+    pub fn request(&self, source: &str, outcome: &'static str) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                source: source.to_owned(),
+                outcome,
+            })
+            .inc();
+    }
+
+    pub fn signature_failure(&self, source: &str, reason: &'static str) {
+        self.signature_failures
+            .get_or_create(&FailureLabels {
+                source: source.to_owned(),
+                reason,
+            })
+            .inc();
+    }
+
+    /// The registry in the Prometheus/OpenMetrics text format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}

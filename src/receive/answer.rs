@@ -1,0 +1,104 @@
+//! Every answer the public listener gives, in one place. Bodies are short and generic: the
+//! precise reason for a refusal goes to the log and a counter, never to the client.
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::Response;
+use hyper::header::{ALLOW, CONNECTION, CONTENT_TYPE, RETRY_AFTER};
+use hyper::http::StatusCode;
+
+use crate::scheme::Reject;
+use crate::store::writer::WriteError;
+
+/// Seconds a provider is asked to wait after a 503.
+pub const RETRY_AFTER_SECS: &str = "5";
+
+/// What happened to one request, for the answer, the log line and the metrics.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Committed now. Answered exactly like a duplicate, as the provider cannot tell them
+    /// apart and should not need to.
+    Accepted,
+    Duplicate,
+    /// Same identity, different bytes; answered with the source's `on_conflict`.
+    Conflict(StatusCode),
+    /// A provider handshake, answered with this JSON body and not stored.
+    Handshake(Vec<u8>),
+    Rejected(Reject),
+    TooLarge,
+    BodyTimeout,
+    /// The body could not be read (the client broke off mid-body).
+    BadBody,
+    Unavailable(WriteError),
+    NotFound,
+    MethodNotAllowed,
+}
+
+impl Outcome {
+    /// The metric label. `None` for requests that reached no source.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Outcome::Accepted => "accepted",
+            Outcome::Duplicate => "duplicate",
+            Outcome::Conflict(_) => "conflict",
+            Outcome::Handshake(_) => "handshake",
+            Outcome::Rejected(r) if r.is_auth() => "rejected",
+            Outcome::Rejected(_) | Outcome::BadBody => "invalid",
+            Outcome::TooLarge => "too_large",
+            Outcome::BodyTimeout => "timeout",
+            Outcome::Unavailable(_) => "unavailable",
+            Outcome::NotFound => "not_found",
+            Outcome::MethodNotAllowed => "method_not_allowed",
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Outcome::Accepted | Outcome::Duplicate | Outcome::Handshake(_) => StatusCode::OK,
+            Outcome::Conflict(status) => *status,
+            Outcome::Rejected(r) if r.is_auth() => StatusCode::UNAUTHORIZED,
+            Outcome::Rejected(_) | Outcome::BadBody => StatusCode::BAD_REQUEST,
+            Outcome::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Outcome::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            Outcome::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Outcome::NotFound => StatusCode::NOT_FOUND,
+            Outcome::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+        }
+    }
+
+    pub fn response(self) -> Response<Full<Bytes>> {
+        let status = self.status();
+        let (content_type, body): (&str, Bytes) = match self {
+            Outcome::Handshake(json) => ("application/json", json.into()),
+            Outcome::Accepted | Outcome::Duplicate => {
+                ("text/plain; charset=utf-8", "accepted\n".into())
+            }
+            Outcome::Conflict(_) => ("text/plain; charset=utf-8", "conflict\n".into()),
+            _ => (
+                "text/plain; charset=utf-8",
+                format!(
+                    "{}\n",
+                    status.canonical_reason().unwrap_or("error").to_lowercase()
+                )
+                .into(),
+            ),
+        };
+        let mut builder = Response::builder()
+            .status(status)
+            .header(CONTENT_TYPE, content_type);
+        match status {
+            StatusCode::SERVICE_UNAVAILABLE => {
+                builder = builder.header(RETRY_AFTER, RETRY_AFTER_SECS)
+            }
+            StatusCode::METHOD_NOT_ALLOWED => builder = builder.header(ALLOW, "POST"),
+            // The rest of the body was not read: the connection cannot carry another request.
+            StatusCode::PAYLOAD_TOO_LARGE | StatusCode::REQUEST_TIMEOUT => {
+                builder = builder.header(CONNECTION, "close")
+            }
+            _ => {}
+        }
+        builder
+            .body(Full::new(body))
+            .expect("static status and header values are valid")
+    }
+}

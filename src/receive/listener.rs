@@ -1,0 +1,105 @@
+//! The accept loop shared by the public and the admin listener: HTTP/1 only, with a timer so
+//! that the header timeout is real, a cap on concurrent connections, and a graceful drain.
+//!
+//! Why `http1::Builder` and not hyper-util's `auto` builder: `auto` sniffs the protocol
+//! version with no timer, so a peer that connects and sends nothing would never time out.
+//! Why `.timer(..)`: without it hyper silently drops its header read timeout
+//! (reference/rust-stack.md §2.3). Webhook senders speak HTTP/1.1.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+/// Most headers in one request. Providers send 10-25; hyper's default is 100.
+pub const MAX_HEADERS: usize = 64;
+/// Read buffer per connection, which bounds the request head (line plus headers). 16 KiB
+/// is hyper's floor-friendly size and far above any provider's headers.
+pub const MAX_HEAD_BYTES: usize = 16 * 1024;
+/// How long a shutdown waits for open connections to finish their current request.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pause after a failed accept (out of file descriptors, say) before trying again, so the
+/// loop does not spin.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+pub struct Limits {
+    pub header_timeout: Duration,
+    pub max_connections: usize,
+}
+
+/// Serves `handler` on `listener` until `shutdown` completes, then stops accepting and
+/// lets open connections finish their current request (up to [`DRAIN_TIMEOUT`]).
+pub async fn serve<H, F>(listener: TcpListener, limits: Limits, handler: Arc<H>, shutdown: F)
+where
+    H: Handler + Send + Sync + 'static,
+    F: Future<Output = ()>,
+{
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let graceful = GracefulShutdown::new();
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .max_headers(MAX_HEADERS)
+        .max_buf_size(MAX_HEAD_BYTES);
+    tokio::pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            p = permits.clone().acquire_owned() => p.expect("the semaphore is never closed"),
+            () = &mut shutdown => break,
+        };
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let handler = handler.clone();
+        let service = service_fn(move |req| {
+            let handler = handler.clone();
+            async move { Ok::<_, Infallible>(handler.handle(req, peer).await) }
+        });
+        let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            // Errors here are the peer's: a reset, a timeout, malformed HTTP. hyper has
+            // already answered what could be answered.
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after {DRAIN_TIMEOUT:?}; closing them");
+    }
+}
+
+/// Something that answers a request. Implemented by the public receiver and the admin API.
+pub trait Handler {
+    fn handle(
+        &self,
+        req: Request<Incoming>,
+        peer: std::net::SocketAddr,
+    ) -> impl Future<Output = Response<Full<Bytes>>> + Send;
+}

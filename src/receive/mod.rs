@@ -1,0 +1,204 @@
+//! The public listener: `POST /hooks/<source>`.
+//!
+//! Invariant: nothing leaves this module as 2xx before the commit that holds the event
+//! returned — except a provider handshake, which is answered after its signature check and
+//! never stored. The path of a request:
+//!
+//! ```text
+//! bounded body read -> signature + timestamp check over the exact raw bytes
+//!   -> identity -> durable commit (group commit) -> answer
+//! ```
+
+pub mod answer;
+pub mod listener;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper::body::Incoming;
+use hyper::header::CONTENT_LENGTH;
+use hyper::http::{HeaderMap, Method};
+use hyper::{Request, Response};
+
+use crate::config::{Config, Source};
+use crate::metrics::Metrics;
+use crate::scheme::{Input, Verdict};
+use crate::store::writer::{NewEvent, Stored, Writer};
+use crate::{clock, store};
+pub use answer::Outcome;
+
+/// The path prefix of webhook endpoints.
+pub const HOOKS_PREFIX: &str = "/hooks/";
+
+/// Request headers never stored or forwarded: they carry credentials, not event data.
+const CREDENTIAL_HEADERS: [&str; 3] = ["authorization", "cookie", "proxy-authorization"];
+
+/// What the receiver knows about one source.
+struct SourceState {
+    name: Arc<str>,
+    account: Arc<str>,
+    config: Source,
+    targets: Vec<String>,
+}
+
+/// The public request handler.
+pub struct Receiver {
+    sources: HashMap<String, SourceState>,
+    writer: Writer,
+    metrics: Arc<Metrics>,
+    max_body: u64,
+    body_timeout: Duration,
+}
+
+impl Receiver {
+    pub fn new(config: Config, writer: Writer, metrics: Arc<Metrics>) -> Receiver {
+        let sources = config
+            .sources
+            .into_iter()
+            .map(|s| {
+                let state = SourceState {
+                    name: s.name.as_str().into(),
+                    account: s.account.as_str().into(),
+                    targets: s.targets.iter().map(|t| t.name.clone()).collect(),
+                    config: s,
+                };
+                (state.config.name.clone(), state)
+            })
+            .collect();
+        Receiver {
+            sources,
+            writer,
+            metrics,
+            max_body: config.server.max_body,
+            body_timeout: config.server.body_timeout,
+        }
+    }
+
+    async fn receive(
+        &self,
+        source: &SourceState,
+        req: Request<Incoming>,
+    ) -> (Outcome, Option<String>) {
+        let (parts, body) = req.into_parts();
+        // A declared length over the limit is refused before a single body byte is read.
+        let declared = parts
+            .headers
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > self.max_body) {
+            return (Outcome::TooLarge, None);
+        }
+        let limited = Limited::new(body, self.max_body as usize);
+        let body = match tokio::time::timeout(self.body_timeout, limited.collect()).await {
+            Err(_) => return (Outcome::BodyTimeout, None),
+            Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
+                return (Outcome::TooLarge, None);
+            }
+            Ok(Err(_)) => return (Outcome::BadBody, None),
+            Ok(Ok(collected)) => collected.to_bytes(),
+        };
+
+        let input = Input {
+            headers: &parts.headers,
+            body: &body,
+            now: clock::unix_now(),
+        };
+        let identity = match source.config.scheme.verify(&input) {
+            Ok(Verdict::Event(identity)) => identity,
+            Ok(Verdict::Handshake(answer)) => return (Outcome::Handshake(answer), None),
+            Err(reject) => {
+                if reject.is_auth() {
+                    self.metrics
+                        .signature_failure(&source.name, reject.reason());
+                }
+                return (Outcome::Rejected(reject), None);
+            }
+        };
+
+        let event_id = identity.event_id;
+        let event = NewEvent {
+            source: source.name.clone(),
+            account: source.account.clone(),
+            sha256_hex: hex::encode(ring::digest::digest(&ring::digest::SHA256, &body)),
+            body_is_text: std::str::from_utf8(&body).is_ok(),
+            headers: headers_json(&parts.headers, source.config.scheme.kind().secret_headers()),
+            event_type: identity.event_type,
+            provider_time: identity.provider_time,
+            deliveries: source
+                .targets
+                .iter()
+                .map(|t| {
+                    let key = store::idempotency_key(&source.name, &source.account, &event_id, t);
+                    (t.clone(), key)
+                })
+                .collect(),
+            event_id: event_id.clone(),
+            body,
+        };
+        let outcome = match self.writer.ingest(event).await {
+            Ok(Stored::New) => Outcome::Accepted,
+            Ok(Stored::Duplicate) => Outcome::Duplicate,
+            Ok(Stored::Conflict) => Outcome::Conflict(source.config.on_conflict),
+            Err(e) => Outcome::Unavailable(e),
+        };
+        (outcome, Some(event_id))
+    }
+}
+
+impl listener::Handler for Receiver {
+    async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Full<Bytes>> {
+        let started = Instant::now();
+        let Some(source) = req
+            .uri()
+            .path()
+            .strip_prefix(HOOKS_PREFIX)
+            .and_then(|name| self.sources.get(name))
+        else {
+            return Outcome::NotFound.response();
+        };
+        if req.method() != Method::POST {
+            return Outcome::MethodNotAllowed.response();
+        }
+        let (outcome, event_id) = self.receive(source, req).await;
+        let status = outcome.status();
+        self.metrics.request(&source.name, outcome.label());
+        let event_id = event_id.as_deref().unwrap_or("-");
+        let duration_ms = (started.elapsed().as_secs_f64() * 1e6).round() / 1e3;
+        match &outcome {
+            Outcome::Rejected(reject) => tracing::info!(
+                source = %source.name, %peer, outcome = outcome.label(), status = status.as_u16(),
+                reason = reject.reason(), detail = %reject, duration_ms, "request refused"),
+            Outcome::Conflict(_) => tracing::warn!(
+                source = %source.name, event_id, %peer, outcome = "conflict", status = status.as_u16(),
+                duration_ms, "same event id with different bytes: quarantined in conflicts, original untouched"),
+            Outcome::Unavailable(e) => tracing::warn!(
+                source = %source.name, event_id, %peer, outcome = "unavailable", status = status.as_u16(),
+                error = %e, duration_ms, "not stored; answered 503 so the provider retries"),
+            _ => tracing::info!(
+                source = %source.name, event_id, %peer, outcome = outcome.label(), status = status.as_u16(),
+                duration_ms, "request"),
+        }
+        outcome.response()
+    }
+}
+
+/// The request headers as JSON `[[name, value], …]`, in arrival order, without credentials.
+/// A value that is not UTF-8 is stored lossily; headers are informational (the body is the
+/// signed, exact payload).
+fn headers_json(headers: &HeaderMap, secret_headers: &[&str]) -> String {
+    let pairs: Vec<(&str, std::borrow::Cow<'_, str>)> = headers
+        .iter()
+        .filter(|(name, _)| {
+            let n = name.as_str();
+            !CREDENTIAL_HEADERS.contains(&n)
+                && !secret_headers.iter().any(|s| s.eq_ignore_ascii_case(n))
+        })
+        .map(|(name, value)| (name.as_str(), String::from_utf8_lossy(value.as_bytes())))
+        .collect();
+    serde_json::to_string(&pairs).expect("strings always serialise")
+}

@@ -1,0 +1,140 @@
+//! Secrets: where they come from (`env:`, `file:`, `credential:`, or literally in the
+//! config) and a newtype that never prints its contents.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// A secret's bytes. `Debug` and `Display` print `***`, so a secret cannot reach a log by
+/// accident; the bytes are reachable only through [`Secret::expose`].
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(Vec<u8>);
+
+impl Secret {
+    pub fn new(bytes: impl Into<Vec<u8>>) -> Secret {
+        Secret(bytes.into())
+    }
+
+    pub fn expose(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+/// Where a configured secret was found, so that `check` can warn about literals.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    Env(String),
+    File(PathBuf),
+    Credential(String),
+    /// Written in the config file itself.
+    Literal,
+}
+
+/// Resolves one secret reference. `credentials_dir` is systemd's `$CREDENTIALS_DIRECTORY`.
+/// Errors name the reference and the fix; they never contain the secret.
+pub fn resolve(
+    reference: &str,
+    credentials_dir: Option<&Path>,
+) -> Result<(Secret, Origin), String> {
+    if let Some(name) = reference.strip_prefix("env:") {
+        let value = std::env::var_os(name).ok_or_else(|| {
+            format!(
+                "environment variable {name} is not set (export it, or use file: or credential:)"
+            )
+        })?;
+        let value = value
+            .into_string()
+            .map_err(|_| format!("environment variable {name} is not valid UTF-8"))?;
+        non_empty(Secret::new(value), reference).map(|s| (s, Origin::Env(name.to_owned())))
+    } else if let Some(path) = reference.strip_prefix("file:") {
+        let path = PathBuf::from(path);
+        let secret = read_secret_file(&path)?;
+        non_empty(secret, reference).map(|s| (s, Origin::File(path)))
+    } else if let Some(name) = reference.strip_prefix("credential:") {
+        let dir = credentials_dir.ok_or_else(|| {
+            format!(
+                "{reference}: $CREDENTIALS_DIRECTORY is not set; credential: secrets come from \
+                 systemd's LoadCredential=, so run under systemd or use file: instead"
+            )
+        })?;
+        if name.is_empty() || name.contains('/') {
+            return Err(format!(
+                "{reference}: a credential name is a plain file name"
+            ));
+        }
+        let secret = read_secret_file(&dir.join(name))?;
+        non_empty(secret, reference).map(|s| (s, Origin::Credential(name.to_owned())))
+    } else {
+        non_empty(Secret::new(reference), "a literal secret").map(|s| (s, Origin::Literal))
+    }
+}
+
+/// Reads a secret file, dropping one trailing newline (editors and `echo` add it).
+fn read_secret_file(path: &Path) -> Result<Secret, String> {
+    let mut bytes = std::fs::read(path)
+        .map_err(|e| format!("cannot read secret file {}: {e}", path.display()))?;
+    if bytes.last() == Some(&b'\n') {
+        bytes.pop();
+        if bytes.last() == Some(&b'\r') {
+            bytes.pop();
+        }
+    }
+    Ok(Secret::new(bytes))
+}
+
+fn non_empty(secret: Secret, what: &str) -> Result<Secret, String> {
+    if secret.expose().is_empty() {
+        Err(format!("{what} is empty"))
+    } else {
+        Ok(secret)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_never_prints_the_secret() {
+        let s = Secret::new("hunter2");
+        assert_eq!(format!("{s:?}"), "***");
+    }
+
+    #[test]
+    fn file_secret_drops_one_trailing_newline() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("s");
+        std::fs::write(&p, "abc\n").unwrap();
+        let (s, origin) = resolve(&format!("file:{}", p.display()), None).unwrap();
+        assert_eq!(s.expose(), b"abc");
+        assert_eq!(origin, Origin::File(p));
+    }
+
+    #[test]
+    fn credential_needs_the_directory() {
+        let err = resolve("credential:stripe", None).unwrap_err();
+        assert!(err.contains("CREDENTIALS_DIRECTORY"), "{err}");
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("stripe"), "whsec_x").unwrap();
+        let (s, _) = resolve("credential:stripe", Some(dir.path())).unwrap();
+        assert_eq!(s.expose(), b"whsec_x");
+    }
+
+    #[test]
+    fn missing_env_names_the_variable() {
+        let err = resolve("env:HOOKINBOX_TEST_SURELY_UNSET", None).unwrap_err();
+        assert!(err.contains("HOOKINBOX_TEST_SURELY_UNSET"), "{err}");
+    }
+
+    #[test]
+    fn literal_is_marked() {
+        let (s, origin) = resolve("plain", None).unwrap();
+        assert_eq!(s.expose(), b"plain");
+        assert_eq!(origin, Origin::Literal);
+    }
+}

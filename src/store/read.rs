@@ -1,0 +1,56 @@
+//! Read-only connections for everything that is not the writer: metrics gauges, the CLI,
+//! the delivery worker's scans. WAL lets them read while the writer commits.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+
+/// Few connections: readers are short queries, and a small VM has two cores.
+pub const POOL_SIZE: u32 = 4;
+/// A reader waits this long for a lock (only WAL recovery after a crash takes one).
+const READ_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+pub type Pool = r2d2::Pool<ReadOnly>;
+
+/// An r2d2 manager for read-only connections (r2d2_sqlite lags rusqlite's versions, and
+/// this is all it would do).
+#[derive(Debug)]
+pub struct ReadOnly(PathBuf);
+
+impl r2d2::ManageConnection for ReadOnly {
+    type Connection = Connection;
+    type Error = rusqlite::Error;
+
+    fn connect(&self) -> rusqlite::Result<Connection> {
+        open(&self.0)
+    }
+
+    fn is_valid(&self, conn: &mut Connection) -> rusqlite::Result<()> {
+        conn.execute_batch("")
+    }
+
+    fn has_broken(&self, _: &mut Connection) -> bool {
+        false
+    }
+}
+
+/// One read-only connection, for one-off commands.
+pub fn open(path: &Path) -> rusqlite::Result<Connection> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(READ_BUSY_TIMEOUT)?;
+    Ok(conn)
+}
+
+/// The pool. Connections open lazily, so this succeeds before the first query.
+pub fn pool(path: &Path) -> Pool {
+    r2d2::Pool::builder()
+        .max_size(POOL_SIZE)
+        .min_idle(Some(0))
+        .test_on_check_out(false)
+        .connection_timeout(Duration::from_secs(5))
+        .build_unchecked(ReadOnly(path.to_owned()))
+}
