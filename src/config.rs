@@ -724,14 +724,20 @@ url = "http://127.0.0.1:3000/hooks"
     fn hmac_needs_an_id_rule_and_a_body_placeholder() {
         let base = MINIMAL.replace("standard-webhooks", "hmac").replace(
             "[[sources.targets]]",
-            "hmac = { header = \"X-Sig\", signed = \"{timestamp}\" }\n[[sources.targets]]",
+            "hmac = { header = \"X-Sig\" }\n[[sources.targets]]",
         );
-        assert!(err(&base).contains("id_header or id_pointer"));
+        assert!(
+            err(&base).contains("id_header or id_pointer"),
+            "{}",
+            err(&base)
+        );
         let with_id = base.replace(
             "scheme = \"hmac\"",
             "scheme = \"hmac\"\nid_header = \"X-Id\"",
         );
-        assert!(err(&with_id).contains("{body}"));
+        load(&with_id).unwrap();
+        let no_body = with_id.replace("header = \"X-Sig\"", "header = \"X-Sig\", signed = \"x\"");
+        assert!(err(&no_body).contains("{body}"), "{}", err(&no_body));
     }
 
     #[test]

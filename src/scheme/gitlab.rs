@@ -92,11 +92,7 @@ mod tests {
     }
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for (k, v) in pairs {
-            h.append(HeaderName::from_bytes(k.as_bytes()).unwrap(), value(v));
-        }
-        h
+        crate::scheme::test_headers(pairs)
     }
 
     const TOKEN: &str = "glwht-3x4mpl3-t0k3n";

@@ -10,17 +10,12 @@ use std::borrow::Cow;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use hyper::http::{HeaderMap, HeaderName, HeaderValue};
+use hyper::http::{HeaderName, HeaderValue};
 use ring::hmac;
 use serde::Deserialize;
 
 use super::standard_webhooks::value;
-use super::{Ctx, Identity, Input, Reject, Verdict};
-
-/// The most signatures one header may carry. Each costs an HMAC over the whole body per
-/// configured secret, so without a bound one large header multiplies the work of a large body
-/// thousands of times. Providers send one per active secret: two during a rotation.
-pub const MAX_SIGNATURES: usize = 8;
+use super::{Ctx, Identity, Input, MAX_SIGNATURES, Reject, Verdict};
 
 /// `Reject` labels: the configured header names are not `'static`.
 const SIGNATURE_LABEL: &str = "signature header";
@@ -102,10 +97,10 @@ impl Encoding {
 }
 
 pub fn verify(spec: &Spec, input: &Input, ctx: &Ctx) -> Result<Verdict, Reject> {
-    let signatures = header(input.headers, &spec.header, SIGNATURE_LABEL)?;
+    let signatures = super::header_as(input.headers, &spec.header, SIGNATURE_LABEL)?;
     let timestamp = match &spec.timestamp_header {
         Some(name) => {
-            let text = header(input.headers, name, TIMESTAMP_LABEL)?;
+            let text = super::header_as(input.headers, name, TIMESTAMP_LABEL)?;
             Some((text, super::parse_timestamp(text, TIMESTAMP_LABEL)?))
         }
         None => None,
@@ -201,22 +196,12 @@ fn signed_bytes<'a>(template: &str, ts: Option<&str>, body: &'a [u8]) -> Cow<'a,
     Cow::Owned(signed)
 }
 
-/// [`super::header`] for a configured name, which cannot be the `'static` label of a
-/// `Reject`: one value, visible ASCII.
-fn header<'a>(headers: &'a HeaderMap, name: &str, label: &'static str) -> Result<&'a str, Reject> {
-    let mut values = headers.get_all(name).iter();
-    let first = values.next().ok_or(Reject::MissingHeader(label))?;
-    if values.next().is_some() {
-        return Err(Reject::MalformedHeader(label));
-    }
-    first.to_str().map_err(|_| Reject::MalformedHeader(label))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::scheme::{IdRule, Kind, Scheme};
     use crate::secret::Secret;
+    use hyper::http::HeaderMap;
     use std::time::Duration;
 
     fn spec(header: &str, algorithm: Algorithm, encoding: Encoding, prefix: Option<&str>) -> Spec {
@@ -257,11 +242,7 @@ mod tests {
     }
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for (k, v) in pairs {
-            h.append(HeaderName::from_bytes(k.as_bytes()).unwrap(), value(v));
-        }
-        h
+        crate::scheme::test_headers(pairs)
     }
 
     const ID: &str = "req-1";
@@ -444,7 +425,7 @@ mod tests {
     fn malformed_headers() {
         let gh = scheme(github_like(), &[GH_SECRET]);
         let hex = &GH_SIG[7..];
-        let too_many = vec![GH_SIG; MAX_SIGNATURES + 1].join(",");
+        let too_many = [GH_SIG; MAX_SIGNATURES + 1].join(",");
         for sig in [hex, "sha1=abcd", "sha256=", "", &too_many] {
             assert_eq!(
                 verify_gh(&gh, sig, GH_BODY),

@@ -25,6 +25,11 @@ use crate::secret::Secret;
 /// GUIDs 36); anything far longer is not an id but an attack on the index.
 pub const MAX_EVENT_ID_LEN: usize = 256;
 
+/// The most signatures one header may carry. Each costs an HMAC over the whole body per
+/// secret, so a header stuffed with thousands of entries would multiply the work; providers
+/// send one per active secret (two during a rotation).
+pub const MAX_SIGNATURES: usize = 8;
+
 /// The default replay window where a scheme signs a timestamp: the 5 minutes that the
 /// official Standard Webhooks, Stripe and Slack libraries all use.
 pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
@@ -290,12 +295,22 @@ impl Ctx<'_> {
 /// One header as text. Missing → `MissingHeader`; present twice or not visible ASCII →
 /// `MalformedHeader` (two signature headers are ambiguous, so neither is believed).
 pub fn header<'a>(headers: &'a HeaderMap, name: &'static str) -> Result<&'a str, Reject> {
+    header_as(headers, name, name)
+}
+
+/// [`header`] for a configured name, which cannot be the `'static` label of a [`Reject`]:
+/// `label` names it in the reason instead.
+pub fn header_as<'a>(
+    headers: &'a HeaderMap,
+    name: &str,
+    label: &'static str,
+) -> Result<&'a str, Reject> {
     let mut values = headers.get_all(name).iter();
-    let first = values.next().ok_or(Reject::MissingHeader(name))?;
+    let first = values.next().ok_or(Reject::MissingHeader(label))?;
     if values.next().is_some() {
-        return Err(Reject::MalformedHeader(name));
+        return Err(Reject::MalformedHeader(label));
     }
-    first.to_str().map_err(|_| Reject::MalformedHeader(name))
+    first.to_str().map_err(|_| Reject::MalformedHeader(label))
 }
 
 /// A unix-seconds timestamp header value.
@@ -365,4 +380,17 @@ pub fn optional_header(headers: &HeaderMap, name: &str) -> Option<String> {
         .get(name)
         .and_then(|v| v.to_str().ok())
         .map(|s| s.chars().take(200).collect())
+}
+
+/// Builds a header map for the schemes' unit tests.
+#[cfg(test)]
+pub(crate) fn test_headers(pairs: &[(&str, &str)]) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    for (k, v) in pairs {
+        h.append(
+            HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            HeaderValue::from_str(v).unwrap(),
+        );
+    }
+    h
 }

@@ -82,11 +82,7 @@ mod tests {
     }
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for (k, v) in pairs {
-            h.append(HeaderName::from_bytes(k.as_bytes()).unwrap(), value(v));
-        }
-        h
+        crate::scheme::test_headers(pairs)
     }
 
     // signature-schemes.md §4: generated with @shopify/shopify-api's getHmac and checked

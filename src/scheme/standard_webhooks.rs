@@ -6,7 +6,8 @@
 //! official libraries do. Spec: standard-webhooks/standard-webhooks `spec/standard-webhooks.md`.
 
 use base64::Engine as _;
-use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD};
+use base64::engine::DecodePaddingMode;
+use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, STANDARD};
 use hyper::http::{HeaderMap, HeaderName, HeaderValue};
 use ring::hmac;
 
@@ -19,13 +20,22 @@ const NAMES: [[&str; 3]; 2] = [
     ["svix-id", "svix-timestamp", "svix-signature"],
 ];
 
-/// The key bytes for a `whsec_…` secret. Padding is optional, as in the official libraries.
+/// Decodes secrets the way the official libraries do: padding optional, and unused
+/// trailing bits ignored (Python's `b64decode` accepts them; the spec's own example secret
+/// without padding has them).
+const LENIENT: GeneralPurpose = GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    GeneralPurposeConfig::new()
+        .with_decode_padding_mode(DecodePaddingMode::Indifferent)
+        .with_decode_allow_trailing_bits(true),
+);
+
+/// The key bytes for a `whsec_…` secret.
 pub fn decode_secret(secret: &Secret) -> Result<Vec<u8>, String> {
     let text = std::str::from_utf8(secret.expose())
         .map_err(|_| "a Standard Webhooks secret must be text (whsec_ + base64)".to_owned())?;
     let b64 = text.strip_prefix("whsec_").unwrap_or(text);
-    let trimmed = b64.trim_end_matches('=');
-    STANDARD_NO_PAD.decode(trimmed).map_err(|_| {
+    LENIENT.decode(b64).map_err(|_| {
         "a Standard Webhooks secret must be whsec_ followed by base64 (as the provider shows it)"
             .to_owned()
     })
@@ -58,8 +68,12 @@ pub fn verify(input: &Input, ctx: &Ctx) -> Result<Verdict, Reject> {
     signed.push(b'.');
     signed.extend_from_slice(input.body);
 
+    let entries: Vec<&str> = signatures.split(' ').filter(|e| !e.is_empty()).collect();
+    if entries.len() > super::MAX_SIGNATURES {
+        return Err(Reject::MalformedHeader("webhook-signature"));
+    }
     let mut saw_v1 = false;
-    for entry in signatures.split(' ').filter(|e| !e.is_empty()) {
+    for entry in entries {
         let Some((version, sig)) = entry.split_once(',') else {
             return Err(Reject::MalformedHeader("webhook-signature"));
         };
@@ -133,11 +147,7 @@ mod tests {
     }
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for (k, v) in pairs {
-            h.append(HeaderName::from_bytes(k.as_bytes()).unwrap(), value(v));
-        }
-        h
+        crate::scheme::test_headers(pairs)
     }
 
     // Vector A: test_sign_function in the official libraries' test suites.

@@ -11,7 +11,7 @@
 use hyper::http::{HeaderName, HeaderValue};
 use ring::hmac;
 
-use super::hmac::MAX_SIGNATURES;
+use super::MAX_SIGNATURES;
 use super::standard_webhooks::value;
 use super::{Ctx, IdRule, Identity, Input, Reject, Verdict};
 
@@ -29,12 +29,9 @@ pub fn verify(input: &Input, ctx: &Ctx) -> Result<Verdict, Reject> {
             continue;
         };
         match scheme {
-            "t" => {
-                // Two timestamps are ambiguous: which one did the signer mean?
-                if t.replace(v).is_some() {
-                    return Err(malformed());
-                }
-            }
+            // Two timestamps are ambiguous: which one did the signer mean?
+            "t" if t.is_some() => return Err(malformed()),
+            "t" => t = Some(v),
             "v1" => candidates.push(v),
             // v0 and unknown schemes: skipped, see the module comment.
             _ => {}

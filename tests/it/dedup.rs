@@ -1,0 +1,178 @@
+//! One event per identity: replays are acknowledged without a second row, and the same id
+//! with different bytes is quarantined, never stored over the original.
+
+use std::sync::Arc;
+
+use crate::support::*;
+
+const SOURCES: &str = r#"
+[[sources]]
+name = "sw"
+scheme = "standard-webhooks"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+[[sources.targets]]
+name = "app"
+url = "http://127.0.0.1:9/hooks"
+[[sources.targets]]
+name = "audit"
+command = ["/bin/true"]
+
+[[sources]]
+name = "strict"
+scheme = "github"
+secrets = ["gh-secret"]
+on_conflict = 422
+[[sources.targets]]
+name = "app"
+url = "http://127.0.0.1:9/hooks"
+"#;
+
+#[tokio::test]
+async fn the_exact_raw_request_replayed_is_200_and_adds_no_row() {
+    let server = TestServer::start(SOURCES).await;
+    let req = server.sign("sw", "msg_replay", &event_body("msg_replay", "x"));
+    assert_eq!(server.post("sw", &req).await, (200, "accepted\n".into()));
+    for _ in 0..3 {
+        // Byte for byte the same request, as a provider's retry would be.
+        assert_eq!(server.post("sw", &req).await, (200, "accepted\n".into()));
+    }
+    assert_eq!(server.count("SELECT count(*) FROM events"), 1);
+    assert_eq!(server.count("SELECT count(*) FROM deliveries"), 2);
+    let m = server.metrics().await;
+    assert_eq!(
+        metric(
+            &m,
+            r#"hookinbox_requests_total{source="sw",outcome="duplicate"}"#
+        ),
+        3.0
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn fifty_concurrent_identical_deliveries_store_one_event() {
+    let server = Arc::new(TestServer::start(SOURCES).await);
+    let req = Arc::new(server.sign("sw", "msg_storm", &event_body("msg_storm", "storm")));
+    let mut tasks = Vec::new();
+    for _ in 0..50 {
+        let (server, req) = (server.clone(), req.clone());
+        tasks.push(tokio::spawn(async move { server.post("sw", &req).await }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), (200, "accepted\n".into()));
+    }
+    assert_eq!(server.count("SELECT count(*) FROM events"), 1);
+    assert_eq!(
+        server.count("SELECT count(*) FROM deliveries WHERE state = 'pending'"),
+        2,
+        "one delivery row per target"
+    );
+    assert_eq!(server.count("SELECT count(*) FROM conflicts"), 0);
+    Arc::try_unwrap(server).ok().unwrap().stop().await;
+}
+
+#[tokio::test]
+async fn same_id_different_bytes_is_a_conflict_and_the_original_is_untouched() {
+    let server = TestServer::start(SOURCES).await;
+    let original = event_body("msg_c", "original");
+    let changed = event_body("msg_c", "changed");
+    assert_eq!(
+        server
+            .post("sw", &server.sign("sw", "msg_c", &original))
+            .await
+            .0,
+        200
+    );
+    let (status, body) = server
+        .post("sw", &server.sign("sw", "msg_c", &changed))
+        .await;
+    assert_eq!((status, body.as_str()), (409, "conflict\n"));
+    // The same conflicting bytes again: still a conflict, counted, not a second row.
+    assert_eq!(
+        server
+            .post("sw", &server.sign("sw", "msg_c", &changed))
+            .await
+            .0,
+        409
+    );
+
+    assert_eq!(
+        server.stored_body("sw", "msg_c").as_deref(),
+        Some(&original[..])
+    );
+    let conn = server.read();
+    let (orig_sha, sha, seen, quarantined): (String, String, i64, Vec<u8>) = conn
+        .query_row(
+            "SELECT original_sha256, sha256, seen, body FROM conflicts WHERE event_id = 'msg_c'",
+            [],
+            |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get_ref(3)?.as_bytes()?.to_vec(),
+                ))
+            },
+        )
+        .unwrap();
+    assert_eq!(orig_sha, sha256_hex(&original));
+    assert_eq!(sha, sha256_hex(&changed));
+    assert_eq!(seen, 2);
+    assert_eq!(quarantined, changed);
+    assert_eq!(
+        server.count("SELECT count(*) FROM deliveries"),
+        2,
+        "no delivery for the conflict"
+    );
+
+    // A source's on_conflict status is what it answers.
+    let first = server.sign("strict", "delivery-1", b"{\"a\":1}");
+    let second = server.sign("strict", "delivery-1", b"{\"a\":2}");
+    assert_eq!(server.post("strict", &first).await.0, 200);
+    assert_eq!(server.post("strict", &second).await.0, 422);
+    let m = server.metrics().await;
+    assert_eq!(
+        metric(
+            &m,
+            r#"hookinbox_requests_total{source="sw",outcome="conflict"}"#
+        ),
+        2.0
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn racing_versions_of_one_id_store_exactly_one_and_quarantine_the_other() {
+    let server = Arc::new(TestServer::start(SOURCES).await);
+    let a = Arc::new(server.sign("sw", "msg_race", &event_body("msg_race", "version-a")));
+    let b = Arc::new(server.sign("sw", "msg_race", &event_body("msg_race", "version-b")));
+    let mut tasks = Vec::new();
+    for i in 0..40 {
+        let server = server.clone();
+        let req = if i % 2 == 0 { a.clone() } else { b.clone() };
+        tasks.push(tokio::spawn(async move {
+            (i % 2, server.post("sw", &req).await.0)
+        }));
+    }
+    let mut statuses = [Vec::new(), Vec::new()];
+    for t in tasks {
+        let (which, status) = t.await.unwrap();
+        statuses[which].push(status);
+    }
+    let stored = server.stored_body("sw", "msg_race").unwrap();
+    let winner = if stored == a.body { 0 } else { 1 };
+    assert!(stored == a.body || stored == b.body);
+    assert!(statuses[winner].iter().all(|s| *s == 200), "{statuses:?}");
+    assert!(
+        statuses[1 - winner].iter().all(|s| *s == 409),
+        "{statuses:?}"
+    );
+    assert_eq!(server.count("SELECT count(*) FROM events"), 1);
+    assert_eq!(server.count("SELECT count(*) FROM conflicts"), 1);
+    assert_eq!(server.count("SELECT seen FROM conflicts"), 20);
+    Arc::try_unwrap(server).ok().unwrap().stop().await;
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(ring::digest::digest(&ring::digest::SHA256, bytes))
+}

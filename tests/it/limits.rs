@@ -1,0 +1,138 @@
+//! Hard limits on what a client may send, over raw TCP so that each misbehaviour is exact.
+//! The test server allows 64 KiB bodies, 1 s for the head and 1 s for the body.
+
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::support::*;
+
+const SOURCES: &str = r#"
+[[sources]]
+name = "sw"
+scheme = "standard-webhooks"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+"#;
+
+/// Far longer than any configured timeout; reaching it means the server never acted.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// Reads until the server closes the connection or `PATIENCE` runs out (which fails).
+async fn read_to_close(stream: &mut TcpStream) -> String {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout(PATIENCE, stream.read(&mut buf)).await {
+            Err(_) => panic!(
+                "the server kept the connection open; read so far: {:?}",
+                String::from_utf8_lossy(&out)
+            ),
+            Ok(Ok(0)) | Ok(Err(_)) => return String::from_utf8_lossy(&out).into_owned(),
+            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// The request head for a signed POST whose body will be `body`.
+fn head(server: &TestServer, id: &str, body: &[u8], length: &str) -> String {
+    let req = server.sign("sw", id, body);
+    let mut head = format!("POST /hooks/sw HTTP/1.1\r\nHost: test\r\n{length}\r\n");
+    for (k, v) in &req.headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    head
+}
+
+#[tokio::test]
+async fn a_declared_oversized_body_is_413_before_it_is_sent() {
+    let server = TestServer::start(SOURCES).await;
+    let body = vec![b'x'; 64 * 1024 + 1];
+    let mut s = TcpStream::connect(server.public_addr()).await.unwrap();
+    let h = head(
+        &server,
+        "msg_big",
+        &body,
+        &format!("Content-Length: {}", body.len()),
+    );
+    s.write_all(h.as_bytes()).await.unwrap();
+    // Not one body byte is sent: the answer must come from the declared length alone.
+    let answer = read_to_close(&mut s).await;
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert_eq!(server.count("SELECT count(*) FROM events"), 0);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_chunked_body_past_the_limit_is_413() {
+    let server = TestServer::start(SOURCES).await;
+    let mut s = TcpStream::connect(server.public_addr()).await.unwrap();
+    let h = head(&server, "msg_chunked", b"", "Transfer-Encoding: chunked");
+    s.write_all(h.as_bytes()).await.unwrap();
+    let chunk = format!("2000\r\n{}\r\n", "y".repeat(0x2000));
+    for _ in 0..16 {
+        // 128 KiB in all; the server may close before we finish, which is the point.
+        if s.write_all(chunk.as_bytes()).await.is_err() {
+            break;
+        }
+    }
+    let answer = read_to_close(&mut s).await;
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert_eq!(server.count("SELECT count(*) FROM events"), 0);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_body_that_stalls_gets_408_or_a_close() {
+    let server = TestServer::start(SOURCES).await;
+    let body = event_body("msg_stall", "");
+    let mut s = TcpStream::connect(server.public_addr()).await.unwrap();
+    let h = head(
+        &server,
+        "msg_stall",
+        &body,
+        &format!("Content-Length: {}", body.len()),
+    );
+    s.write_all(h.as_bytes()).await.unwrap();
+    s.write_all(&body[..10]).await.unwrap();
+    let answer = read_to_close(&mut s).await;
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 408"),
+        "{answer}"
+    );
+    assert_eq!(server.count("SELECT count(*) FROM events"), 0);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_client_that_sends_no_headers_is_disconnected() {
+    let server = TestServer::start(SOURCES).await;
+    let mut silent = TcpStream::connect(server.public_addr()).await.unwrap();
+    let mut half = TcpStream::connect(server.public_addr()).await.unwrap();
+    half.write_all(b"POST /hooks/sw HTTP/1.1\r\nHost: te")
+        .await
+        .unwrap();
+    // read_to_close fails the test if either stays open past PATIENCE.
+    read_to_close(&mut silent).await;
+    read_to_close(&mut half).await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_head_with_too_many_headers_is_refused() {
+    let server = TestServer::start(SOURCES).await;
+    let mut s = TcpStream::connect(server.public_addr()).await.unwrap();
+    let mut h = String::from("POST /hooks/sw HTTP/1.1\r\nHost: test\r\nContent-Length: 0\r\n");
+    for i in 0..200 {
+        h.push_str(&format!("X-Filler-{i}: {i}\r\n"));
+    }
+    h.push_str("\r\n");
+    s.write_all(h.as_bytes()).await.unwrap();
+    let answer = read_to_close(&mut s).await;
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 431"),
+        "{answer}"
+    );
+    server.stop().await;
+}

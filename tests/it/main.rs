@@ -1,0 +1,26 @@
+//! hookinbox's integration tests: one binary, one module per promise. Every test drives the
+//! real server on 127.0.0.1:0 (in-process, or the real binary where a process must die) with
+//! requests signed as the providers sign them.
+//!
+//! - `support`: the harness (TestServer, signing, reading the inbox).
+//! - `schemes`: each scheme accepts what its provider signs and refuses, with 401 and
+//!   nothing stored, every kind of bad signature; published vectors; rotation; handshakes.
+//! - `dedup`: replays, concurrent identical deliveries, and same-id-different-bytes conflicts.
+//! - `limits`: body size (declared and chunked), stalled bodies, silent clients.
+//! - `store_failure`: a full disk and a locked database answer 503, never 2xx, and recover.
+//! - `group_commit`: concurrent requests share commits, and each answer waits for its own.
+//! - `crash`: SIGKILL of the real binary at random moments loses no acknowledged event.
+//! - `inbox_sqlite`: the inbox is readable with the system's `sqlite3` while serving.
+//! - `cli`: the binary's `check` and its error messages.
+//! - `scheme_props`: property tests: no header value makes a scheme panic or accept.
+
+mod cli;
+mod crash;
+mod dedup;
+mod group_commit;
+mod inbox_sqlite;
+mod limits;
+mod scheme_props;
+mod schemes;
+mod store_failure;
+mod support;

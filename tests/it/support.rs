@@ -1,0 +1,322 @@
+//! The test harness: a real hookinbox server on 127.0.0.1:0 (in-process, or the real binary
+//! for crash tests), real signatures made with the configured secrets, and read-only looks
+//! into the inbox file.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hookinbox::commands::serve::{self, Running};
+use hookinbox::config::{self, Config};
+use hookinbox::scheme::Scheme;
+use rusqlite::OptionalExtension;
+
+/// The `[server]`/`[admin]` part of every test config: ephemeral ports, short timeouts.
+pub const SERVER: &str = r#"
+[server]
+listen = "127.0.0.1:0"
+max_body = "64KiB"
+header_timeout = "1s"
+body_timeout = "1s"
+
+[admin]
+listen = "127.0.0.1:0"
+"#;
+
+/// One Standard Webhooks source, `sw`, with one target: the shape most tests need.
+pub const ONE_SOURCE: &str = r#"
+[[sources]]
+name = "sw"
+scheme = "standard-webhooks"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+[[sources.targets]]
+name = "app"
+url = "http://127.0.0.1:9/hooks"
+"#;
+
+/// One source of every scheme, each with two targets, so that one test server covers all.
+pub const ALL_SCHEMES: &str = r#"
+[[sources]]
+name = "sw"
+scheme = "standard-webhooks"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+[[sources.targets]]
+name = "app"
+url = "http://127.0.0.1:9/hooks"
+[[sources.targets]]
+name = "audit"
+command = ["/bin/true"]
+
+[[sources]]
+name = "stripe"
+scheme = "stripe"
+secrets = ["whsec_test_secret"]
+[[sources.targets]]
+name = "app"
+url = "http://127.0.0.1:9/hooks"
+
+[[sources]]
+name = "github"
+scheme = "github"
+secrets = ["It's a Secret to Everybody"]
+[[sources.targets]]
+name = "app"
+url = "http://127.0.0.1:9/hooks"
+
+[[sources]]
+name = "shopify"
+scheme = "shopify"
+secrets = ["hush"]
+[[sources.targets]]
+name = "app"
+url = "http://127.0.0.1:9/hooks"
+
+[[sources]]
+name = "slack"
+scheme = "slack"
+secrets = ["8f742231b10e8888abcd99yyyzzz85a5"]
+[[sources.targets]]
+name = "app"
+url = "http://127.0.0.1:9/hooks"
+
+[[sources]]
+name = "gitlab"
+scheme = "gitlab"
+secrets = ["glpat-shared-token"]
+[[sources.targets]]
+name = "app"
+url = "http://127.0.0.1:9/hooks"
+
+[[sources]]
+name = "hmac"
+scheme = "hmac"
+secrets = ["generic-secret"]
+id_header = "X-Event-Id"
+hmac = { header = "X-Signature", algorithm = "sha512", encoding = "base64", prefix = "sha512=", timestamp_header = "X-Timestamp", signed = "{timestamp}:{body}" }
+[[sources.targets]]
+name = "app"
+url = "http://127.0.0.1:9/hooks"
+"#;
+
+/// The header that carries each test source's signature (or token).
+pub fn signature_header(source: &str) -> &'static str {
+    match source {
+        "sw" => "webhook-signature",
+        "stripe" => "stripe-signature",
+        "github" => "x-hub-signature-256",
+        "shopify" => "x-shopify-hmac-sha256",
+        "slack" => "x-slack-signature",
+        "gitlab" => "x-gitlab-token",
+        "hmac" => "x-signature",
+        other => panic!("no test source {other}"),
+    }
+}
+
+/// A running server with its own temporary directory and inbox.
+pub struct TestServer {
+    /// Holds the temporary directory (config and inbox) until the server is dropped.
+    _dir: tempfile::TempDir,
+    pub db: PathBuf,
+    pub base: String,
+    pub admin: String,
+    /// The config as the server loaded it, for signing requests the way a provider would.
+    pub config: Config,
+    pub client: reqwest::Client,
+    running: Option<Running>,
+}
+
+/// A request as a provider would send it.
+pub struct Signed {
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Signed {
+    pub fn set(&mut self, name: &str, value: &str) {
+        self.remove(name);
+        self.headers.push((name.to_owned(), value.to_owned()));
+    }
+
+    pub fn remove(&mut self, name: &str) {
+        self.headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+    }
+
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+impl TestServer {
+    /// Starts a server on `sources` (TOML `[[sources]]` tables) with [`SERVER`] settings.
+    pub async fn start(sources: &str) -> TestServer {
+        Self::start_with(SERVER, sources).await
+    }
+
+    pub async fn start_with(server: &str, sources: &str) -> TestServer {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("inbox.db");
+        Self::start_at(dir, db, server, sources).await
+    }
+
+    pub async fn start_at(
+        dir: tempfile::TempDir,
+        db: PathBuf,
+        server: &str,
+        sources: &str,
+    ) -> TestServer {
+        let text = config_text(server, &db, sources);
+        let path = dir.path().join("hookinbox.toml");
+        std::fs::write(&path, &text).unwrap();
+        let running = serve::start(config::load(&path).unwrap()).await.unwrap();
+        TestServer {
+            base: format!("http://{}", running.public_addr),
+            admin: format!("http://{}", running.admin_addr),
+            config: config::load(&path).unwrap(),
+            client: reqwest::Client::builder().no_proxy().build().unwrap(),
+            running: Some(running),
+            _dir: dir,
+            db,
+        }
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(r) = self.running.take() {
+            r.shutdown().await;
+        }
+    }
+
+    pub fn public_addr(&self) -> std::net::SocketAddr {
+        self.running.as_ref().unwrap().public_addr
+    }
+
+    pub fn scheme(&self, source: &str) -> &Scheme {
+        &self
+            .config
+            .source(source)
+            .unwrap_or_else(|| panic!("no source {source}"))
+            .scheme
+    }
+
+    /// A request for `source` signed at `now` (unix seconds) with the source's first secret.
+    pub fn sign_at(&self, source: &str, id: &str, body: &[u8], now: i64) -> Signed {
+        sign_with(self.scheme(source), id, body, now)
+    }
+
+    pub fn sign(&self, source: &str, id: &str, body: &[u8]) -> Signed {
+        self.sign_at(source, id, body, hookinbox::clock::unix_now())
+    }
+
+    /// POSTs to `/hooks/<source>`; returns the status and the body.
+    pub async fn post(&self, source: &str, req: &Signed) -> (u16, String) {
+        let resp = send(&self.client, &self.base, source, req)
+            .await
+            .expect("request reached the server");
+        let status = resp.status().as_u16();
+        (status, resp.text().await.unwrap())
+    }
+
+    pub async fn metrics(&self) -> String {
+        self.client
+            .get(format!("{}/metrics", self.admin))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    /// A read-only connection to the inbox, as an operator's `sqlite3 -readonly` would be.
+    pub fn read(&self) -> rusqlite::Connection {
+        open_read(&self.db)
+    }
+
+    /// Runs a query that returns one integer.
+    pub fn count(&self, sql: &str) -> i64 {
+        self.read().query_row(sql, [], |r| r.get(0)).unwrap()
+    }
+
+    /// The stored body of an event, byte for byte.
+    pub fn stored_body(&self, source: &str, event_id: &str) -> Option<Vec<u8>> {
+        stored_body(&self.read(), source, event_id)
+    }
+}
+
+/// POSTs a signed request to `{base}/hooks/{source}` on `client`'s connections.
+pub async fn send(
+    client: &reqwest::Client,
+    base: &str,
+    source: &str,
+    req: &Signed,
+) -> reqwest::Result<reqwest::Response> {
+    let mut r = client
+        .post(format!("{base}/hooks/{source}"))
+        .body(req.body.clone());
+    for (k, v) in &req.headers {
+        r = r.header(k, v);
+    }
+    r.send().await
+}
+
+/// A request signed by `scheme` as its provider would sign it.
+pub fn sign_with(scheme: &Scheme, id: &str, body: &[u8], now: i64) -> Signed {
+    let headers = scheme
+        .sign(body, id, now)
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_str().unwrap().to_owned()))
+        .collect();
+    Signed {
+        headers,
+        body: body.to_vec(),
+    }
+}
+
+/// The body every scheme accepts: JSON carrying the id where schemes read it from the body
+/// (Stripe `/id`, Slack `/event_id`).
+pub fn event_body(id: &str, extra: &str) -> Vec<u8> {
+    format!(r#"{{"id":"{id}","event_id":"{id}","type":"test.event","data":{{"n":"{extra}"}}}}"#)
+        .into_bytes()
+}
+
+pub fn config_text(server: &str, db: &Path, sources: &str) -> String {
+    format!(
+        "{server}\n[store]\npath = {:?}\n\n{sources}",
+        db.display().to_string()
+    )
+}
+
+pub fn open_read(db: &Path) -> rusqlite::Connection {
+    let c = rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .unwrap();
+    c.busy_timeout(Duration::from_secs(10)).unwrap();
+    c
+}
+
+pub fn stored_body(conn: &rusqlite::Connection, source: &str, event_id: &str) -> Option<Vec<u8>> {
+    conn.query_row(
+        "SELECT body FROM events WHERE source = ?1 AND event_id = ?2",
+        [source, event_id],
+        |r| Ok(r.get_ref(0)?.as_bytes_or_null()?.map(<[u8]>::to_vec)),
+    )
+    .optional()
+    .unwrap()
+    .flatten()
+}
+
+/// The value of a counter or gauge line in Prometheus text, 0 when absent.
+pub fn metric(text: &str, name_and_labels: &str) -> f64 {
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(name_and_labels)
+                .and_then(|rest| rest.strip_prefix(' '))
+        })
+        .map_or(0.0, |v| v.trim().parse().unwrap())
+}
+
+/// `PRAGMA integrity_check`'s verdict: "ok" or the problems found.
+pub fn integrity_check(conn: &rusqlite::Connection) -> String {
+    conn.query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap()
+}
