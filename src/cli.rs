@@ -38,6 +38,23 @@ pub enum Command {
     Serve,
     /// Validate the configuration and print what `serve` would do, without starting
     Check,
+    /// Print a correctly signed test request for a source (a curl command by default)
+    ///
+    /// Example: hookinbox sign --source demo | sh
+    Sign {
+        /// The configured source to sign for
+        #[arg(long, value_name = "NAME")]
+        source: String,
+        /// The body to sign: a file, or - for stdin [default: a small JSON test event]
+        #[arg(long, value_name = "FILE")]
+        body: Option<PathBuf>,
+        /// The event id, for schemes that carry it in a header [default: test_<unix nanoseconds>]
+        #[arg(long)]
+        id: Option<String>,
+        /// What to print
+        #[arg(long, value_enum, default_value_t = commands::sign::Format::Curl)]
+        format: commands::sign::Format,
+    },
 }
 
 /// Exit codes, the one place their numbers appear.
@@ -72,6 +89,19 @@ pub fn run(cli: Cli) -> Exit {
         Command::Check => {
             commands::check::run(&config, &mut std::io::stdout().lock()).map_err(Into::into)
         }
+        Command::Sign {
+            source,
+            body,
+            id,
+            format,
+        } => commands::sign::run(
+            &config,
+            &source,
+            body.as_deref(),
+            id,
+            format,
+            &mut std::io::stdout().lock(),
+        ),
         Command::Serve => {
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -3,3 +3,4 @@
 
 pub mod check;
 pub mod serve;
+pub mod sign;

@@ -94,3 +94,43 @@ fn help_explains_the_commands() {
         "{out}"
     );
 }
+
+#[tokio::test]
+async fn what_sign_prints_is_accepted_by_serve_for_every_scheme() {
+    use crate::support::*;
+    let server = TestServer::start(ALL_SCHEMES).await;
+    let config = server.config.path.to_str().unwrap().to_owned();
+    for source in [
+        "sw", "stripe", "github", "shopify", "slack", "gitlab", "hmac",
+    ] {
+        let id = format!("signed-by-cli-{source}");
+        let (code, out, err) = hookinbox(&[
+            "sign", "--config", &config, "--source", source, "--id", &id, "--format", "headers",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        let headers = out
+            .lines()
+            .map(|l| {
+                let (k, v) = l.split_once(": ").unwrap();
+                (k.to_owned(), v.to_owned())
+            })
+            .collect();
+        let req = Signed {
+            headers,
+            body: hookinbox::commands::sign::demo_body(&id),
+        };
+        assert_eq!(
+            server.post(source, &req).await,
+            (200, "accepted\n".into()),
+            "{source}"
+        );
+        assert!(server.stored_body(source, &id).is_some(), "{source}");
+    }
+    let (code, _, err) = hookinbox(&["sign", "--config", &config, "--source", "nope"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("no source \"nope\"") && err.contains("sw, stripe"),
+        "{err}"
+    );
+    server.stop().await;
+}
