@@ -70,6 +70,13 @@ CREATE TABLE conflicts (
     UNIQUE (source, account, event_id, sha256)
 );
 
+-- One row that the writer rewrites after a failed commit, to find out whether the inbox
+-- takes writes again (a full disk only shows when something is written).
+CREATE TABLE writer_probe (
+    id        INTEGER PRIMARY KEY CHECK (id = 1),
+    probed_at TEXT    NOT NULL
+);
+
 -- Newest events first, with a status in words derived from their deliveries:
 -- 'stored' (no targets), 'pending', 'dead' (some target gave up), or 'delivered'.
 CREATE VIEW recent_events AS

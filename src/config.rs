@@ -34,6 +34,15 @@ pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Concurrent connections on the public listener; more wait in the kernel's accept queue.
 /// Sized for a small VM: each connection costs a task, a buffer, and at most one body.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// Upper bound on the server's timeouts: beyond an hour a setting is a mistake, and huge
+/// values would overflow the timers.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+/// Upper bound on `max_connections`: far beyond what a small VM's file descriptors allow.
+pub const MAX_MAX_CONNECTIONS: usize = 65_536;
+/// Bounds on a source's replay window. Zero would refuse everything but a perfect clock; a
+/// week is already far wider than any provider's retry needs.
+pub const MIN_TOLERANCE: Duration = Duration::from_secs(1);
+pub const MAX_TOLERANCE: Duration = Duration::from_secs(7 * 86_400);
 /// Bodies and headers of finished events are dropped after this long (DESIGN §4).
 pub const DEFAULT_KEEP_PAYLOAD: Duration = Duration::from_secs(30 * 86_400);
 /// The compact identity row stays this long, so that a late redelivery is still a duplicate.
@@ -368,11 +377,25 @@ fn validate(raw: RawConfig, path: &Path, credentials: Option<&Path>) -> Result<C
             MAX_MAX_BODY / 1024 / 1024
         ));
     }
-    if s.header_timeout.is_zero() || s.body_timeout.is_zero() {
-        return Err("server.header_timeout and server.body_timeout must be more than zero".into());
+    for (key, value) in [
+        ("header_timeout", s.header_timeout),
+        ("body_timeout", s.body_timeout),
+    ] {
+        if value.is_zero() || value > MAX_TIMEOUT {
+            return Err(format!(
+                "server.{key} must be more than zero and at most 1h"
+            ));
+        }
     }
-    if s.max_connections == 0 {
-        return Err("server.max_connections must be at least 1".into());
+    if s.max_connections == 0 || s.max_connections > MAX_MAX_CONNECTIONS {
+        return Err(format!(
+            "server.max_connections must be between 1 and {MAX_MAX_CONNECTIONS}"
+        ));
+    }
+    if raw.store.path.as_os_str().is_empty() {
+        return Err(
+            "store.path is empty; name the inbox file, e.g. \"/var/lib/hookinbox/inbox.db\"".into(),
+        );
     }
     // A relative store path is relative to the config file, so that a config works from any
     // working directory (systemd starts services in /).
@@ -458,12 +481,27 @@ fn validate_source(rs: RawSource, at: &str, credentials: Option<&Path>) -> Resul
         }
         (None, None) => None,
     };
+    // These schemes sign their own event id (Standard Webhooks signs webhook-id; Stripe and
+    // Slack carry it in the signed body). An id from another header would be unsigned, so a
+    // captured request replayed with a new id would pass as a new event.
+    if matches!(id, Some(IdRule::Header(_)))
+        && matches!(kind, Kind::StandardWebhooks | Kind::Stripe | Kind::Slack)
+    {
+        return Err(format!(
+            "{at}.id_header: scheme {:?} signs its own event id; an id from an unsigned header \
+             would let a replayed request pass as new (id_pointer into the signed body is allowed)",
+            kind.name()
+        ));
+    }
     if matches!(kind, Kind::Hmac(_)) && id.is_none() {
         return Err(format!(
             "{at}: scheme \"hmac\" has no standard event id; set id_header or id_pointer"
         ));
     }
     let tolerance = rs.tolerance.unwrap_or(scheme::DEFAULT_TOLERANCE);
+    if !(MIN_TOLERANCE..=MAX_TOLERANCE).contains(&tolerance) {
+        return Err(format!("{at}.tolerance must be between 1s and 7d"));
+    }
     if rs.tolerance.is_some() && !kind.signs_timestamp() {
         return Err(format!(
             "{at}.tolerance: scheme {:?} signs no timestamp, so a tolerance cannot apply",
@@ -540,6 +578,23 @@ fn validate_hmac(spec: scheme::hmac::Spec, at: &str) -> Result<scheme::hmac::Spe
     if spec.signed.contains("{timestamp}") && spec.timestamp_header.is_none() {
         return Err(format!(
             "{at}.hmac.signed uses {{timestamp}} but hmac.timestamp_header is not set"
+        ));
+    }
+    // A timestamp that is checked but not signed protects nothing: a replay would just
+    // carry a fresh one.
+    if spec.timestamp_header.is_some() && !spec.signed.contains("{timestamp}") {
+        return Err(format!(
+            "{at}.hmac.timestamp_header is set but hmac.signed does not include {{timestamp}}; \
+             write what the provider signs, e.g. \"{{timestamp}}.{{body}}\""
+        ));
+    }
+    if spec
+        .prefix
+        .as_deref()
+        .is_some_and(|p| p.contains([',', ' ']))
+    {
+        return Err(format!(
+            "{at}.hmac.prefix cannot contain ',' or ' ' (they separate signatures)"
         ));
     }
     Ok(spec)
@@ -738,6 +793,46 @@ url = "http://127.0.0.1:3000/hooks"
         load(&with_id).unwrap();
         let no_body = with_id.replace("header = \"X-Sig\"", "header = \"X-Sig\", signed = \"x\"");
         assert!(err(&no_body).contains("{body}"), "{}", err(&no_body));
+    }
+
+    #[test]
+    fn replay_windows_cannot_be_switched_off_or_unsigned() {
+        let e = err(&MINIMAL.replace(
+            "[[sources.targets]]",
+            "tolerance = \"0s\"\n[[sources.targets]]",
+        ));
+        assert!(e.contains("tolerance must be between"), "{e}");
+        let e = err(&MINIMAL.replace(
+            "[[sources.targets]]",
+            "id_header = \"X-Id\"\n[[sources.targets]]",
+        ));
+        assert!(e.contains("signs its own event id"), "{e}");
+        let hmac = MINIMAL.replace("standard-webhooks", "hmac").replace(
+            "[[sources.targets]]",
+            "id_header = \"X-Id\"\nhmac = { header = \"X-Sig\", timestamp_header = \"X-Ts\" }\n[[sources.targets]]",
+        );
+        assert!(
+            err(&hmac).contains("does not include {timestamp}"),
+            "{}",
+            err(&hmac)
+        );
+        let comma = hmac.replace("timestamp_header = \"X-Ts\"", "prefix = \"a,b\"");
+        assert!(
+            err(&comma).contains("prefix cannot contain"),
+            "{}",
+            err(&comma)
+        );
+    }
+
+    #[test]
+    fn server_limits_are_bounded() {
+        let with = |line: &str| format!("[server]\n{line}\n{MINIMAL}");
+        assert!(err(&with("header_timeout = \"1000000h\"")).contains("at most 1h"));
+        assert!(err(&with("max_connections = 0")).contains("max_connections"));
+        assert!(
+            err(&MINIMAL.replace("path = \"inbox.db\"", "path = \"\""))
+                .contains("store.path is empty")
+        );
     }
 
     #[test]

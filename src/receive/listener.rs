@@ -21,6 +21,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use tokio_io_timeout::TimeoutStream;
 
 /// Most headers in one request. Providers send 10-25; hyper's default is 100.
 pub const MAX_HEADERS: usize = 64;
@@ -34,6 +35,8 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 pub struct Limits {
+    /// How long a peer may stay silent: while sending its request head, between requests on
+    /// a kept-alive connection, and while not reading an answer.
     pub header_timeout: Duration,
     pub max_connections: usize,
 }
@@ -71,12 +74,18 @@ where
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
+        // hyper has no write timeout: a peer that pipelines requests and never reads the
+        // answers would hold its connection, and a permit, forever. A peer that reads
+        // nothing for the header timeout is gone or hostile.
+        let mut stream = TimeoutStream::new(stream);
+        stream.set_write_timeout(Some(limits.header_timeout));
         let handler = handler.clone();
         let service = service_fn(move |req| {
             let handler = handler.clone();
             async move { Ok::<_, Infallible>(handler.handle(req, peer).await) }
         });
-        let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+        let conn =
+            graceful.watch(builder.serve_connection(TokioIo::new(Box::pin(stream)), service));
         tokio::spawn(async move {
             // Errors here are the peer's: a reset, a timeout, malformed HTTP. hyper has
             // already answered what could be answered.

@@ -68,14 +68,14 @@ pub fn schema_version() -> i64 {
     migrations().last().map_or(0, |(v, _)| *v)
 }
 
-/// Opens the read-write connection, sets its pragmas and migrates the schema.
-pub fn open_writer(path: &Path, sync: Synchronous) -> Result<Connection, Error> {
-    let conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )?;
+/// Opens the read-write connection, sets its pragmas and migrates the schema. `create`
+/// allows creating a new, empty inbox (at start-up, not on a reopen after a failure).
+pub fn open_writer(path: &Path, sync: Synchronous, create: bool) -> Result<Connection, Error> {
+    let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    if create {
+        flags |= OpenFlags::SQLITE_OPEN_CREATE;
+    }
+    let conn = Connection::open_with_flags(path, flags)?;
     conn.busy_timeout(WRITE_LOCK_TIMEOUT)?;
     let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
@@ -146,23 +146,23 @@ mod tests {
     fn open_migrates_once_and_reopens() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("inbox.db");
-        let c = open_writer(&p, Synchronous::Full).unwrap();
+        let c = open_writer(&p, Synchronous::Full, true).unwrap();
         let v: i64 = c
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap();
         assert_eq!(v, schema_version());
         drop(c);
-        open_writer(&p, Synchronous::Full).unwrap();
+        open_writer(&p, Synchronous::Full, true).unwrap();
     }
 
     #[test]
     fn refuses_a_newer_schema() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("inbox.db");
-        let c = open_writer(&p, Synchronous::Full).unwrap();
+        let c = open_writer(&p, Synchronous::Full, true).unwrap();
         c.execute_batch("PRAGMA user_version = 999").unwrap();
         drop(c);
-        let e = open_writer(&p, Synchronous::Full).unwrap_err();
+        let e = open_writer(&p, Synchronous::Full, true).unwrap_err();
         assert!(matches!(e, Error::TooNew { found: 999, .. }), "{e}");
     }
 

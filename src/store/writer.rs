@@ -111,7 +111,7 @@ impl Writer {
         sync: Synchronous,
         metrics: Arc<Metrics>,
     ) -> Result<(Writer, JoinHandle<()>), super::Error> {
-        let conn = super::open_writer(&path, sync)?;
+        let conn = super::open_writer(&path, sync, true)?;
         let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
         let health = Arc::new(Health {
             last_commit_ok: AtomicBool::new(true),
@@ -194,62 +194,87 @@ impl Loop {
             .filter(|op| matches!(op, Op::Ingest(..)))
             .count();
         let started = Instant::now();
-        let result = if events == 0 {
-            Ok(Vec::new())
-        } else {
-            self.connection().and_then(|conn| run_batch(conn, batch))
-        };
-        match result {
-            Ok(outcomes) => {
-                if events > 0 {
+        let mut outcomes = if events > 0 {
+            match self.connection().and_then(|conn| run_batch(conn, batch)) {
+                Ok(outcomes) => {
                     self.metrics.writer_batch_size.observe(events as f64);
                     self.metrics
                         .writer_commit_seconds
                         .observe(started.elapsed().as_secs_f64());
                     self.health.last_commit_ok.store(true, Ordering::Relaxed);
+                    outcomes
                 }
-                let mut outcomes = outcomes.into_iter();
-                for op in batch.drain(..) {
-                    match op {
-                        Op::Ingest(_, reply) => {
-                            let outcome = outcomes.next().expect("one outcome per event");
-                            let _ = reply.send(outcome);
-                        }
-                        Op::Ping(reply) => {
-                            let _ = reply.send(());
-                        }
-                    }
+                Err(e) => {
+                    self.failed(&e, events);
+                    let err = WriteError::CommitFailed(e.to_string());
+                    vec![Err(err); events]
                 }
             }
-            Err(e) => {
-                self.metrics.writer_commit_failures.inc();
-                self.health.last_commit_ok.store(false, Ordering::Relaxed);
-                tracing::error!(
-                    error = %e,
-                    events,
-                    path = %self.path.display(),
-                    "commit failed; every request in the batch is answered 503 and the inbox \
-                     connection will be reopened"
-                );
-                self.conn = None;
-                let err = WriteError::CommitFailed(e.to_string());
-                for op in batch.drain(..) {
-                    match op {
-                        Op::Ingest(_, reply) => {
-                            let _ = reply.send(Err(err.clone()));
-                        }
-                        Op::Ping(reply) => {
-                            let _ = reply.send(());
-                        }
-                    }
+        } else {
+            // Only pings. After a failure, nothing else would ever prove the inbox healthy
+            // again if no traffic arrives (a load balancer may be holding it back because
+            // of /readyz), so try a real write.
+            if !self.health.last_commit_ok.load(Ordering::Relaxed) {
+                self.probe();
+            }
+            Vec::new()
+        }
+        .into_iter();
+        for op in batch.drain(..) {
+            match op {
+                Op::Ingest(_, reply) => {
+                    let outcome = outcomes.next().expect("one outcome per event");
+                    let _ = reply.send(outcome);
+                }
+                Op::Ping(reply) => {
+                    let _ = reply.send(());
                 }
             }
         }
     }
 
+    fn failed(&mut self, e: &super::Error, events: usize) {
+        self.metrics.writer_commit_failures.inc();
+        self.health.last_commit_ok.store(false, Ordering::Relaxed);
+        tracing::error!(
+            error = %e,
+            events,
+            path = %self.path.display(),
+            "commit failed; every request in the batch is answered 503 and the inbox \
+             connection will be reopened"
+        );
+        self.conn = None;
+    }
+
+    /// A small committed write: a full disk or a held lock only shows when something is
+    /// written and synced.
+    fn probe(&mut self) {
+        let now = clock::iso_now();
+        let result = self.connection().and_then(|conn| {
+            conn.execute(
+                "INSERT INTO writer_probe (id, probed_at) VALUES (1, ?1)
+                 ON CONFLICT (id) DO UPDATE SET probed_at = excluded.probed_at",
+                [now],
+            )
+            .map_err(super::Error::from)
+        });
+        match result {
+            Ok(_) => {
+                self.health.last_commit_ok.store(true, Ordering::Relaxed);
+                tracing::info!(path = %self.path.display(), "the inbox takes writes again");
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "the inbox still cannot take writes");
+                self.conn = None;
+            }
+        }
+    }
+
+    /// The write connection, reopened after a failure. A reopen never creates the file: if
+    /// the inbox vanished, a fresh empty one would silently forget every identity.
     fn connection(&mut self) -> Result<&mut Connection, super::Error> {
         if self.conn.is_none() {
-            self.conn = Some(super::open_writer(&self.path, self.sync)?);
+            self.conn = Some(super::open_writer(&self.path, self.sync, false)?);
             tracing::info!(path = %self.path.display(), "reopened the inbox");
         }
         Ok(self.conn.as_mut().expect("just opened"))
@@ -268,19 +293,19 @@ fn run_batch(
     let mut outcomes = Vec::with_capacity(batch.len());
     for op in batch {
         let Op::Ingest(event, _) = op else { continue };
-        let mut sp = tx.savepoint()?;
+        let sp = tx.savepoint()?;
         match store_one(&sp, event, &now) {
             Ok(stored) => {
                 sp.commit()?;
                 outcomes.push(Ok(stored));
             }
             Err(e) => {
-                sp.rollback()?;
+                // Dropping the savepoint rolls back to it.
                 drop(sp);
-                // Some errors (SQLITE_FULL, I/O errors) roll the whole transaction back.
-                // Carrying on would run the rest in autocommit mode, one event at a time,
-                // so stop and fail the batch.
-                if tx.is_autocommit() {
+                // A full disk or an I/O error fails the batch and retires the connection.
+                // SQLite may also have rolled the whole transaction back; carrying on
+                // would then run the rest in autocommit, one event at a time.
+                if is_storage_error(&e) || tx.is_autocommit() {
                     return Err(e.into());
                 }
                 tracing::error!(error = %e, source = %event.source, event_id = %event.event_id,
@@ -291,6 +316,24 @@ fn run_batch(
     }
     tx.commit()?;
     Ok(outcomes)
+}
+
+/// Errors that say the storage itself failed, as opposed to one statement.
+fn is_storage_error(e: &rusqlite::Error) -> bool {
+    use rusqlite::ErrorCode::*;
+    matches!(
+        e.sqlite_error_code(),
+        Some(
+            SystemIoFailure
+                | DiskFull
+                | DatabaseCorrupt
+                | NotADatabase
+                | CannotOpen
+                | DatabaseBusy
+                | DatabaseLocked
+                | OutOfMemory
+        )
+    )
 }
 
 fn store_one(conn: &Connection, e: &NewEvent, now: &str) -> rusqlite::Result<Stored> {

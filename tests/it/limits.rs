@@ -136,3 +136,30 @@ async fn a_head_with_too_many_headers_is_refused() {
     );
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_client_that_never_reads_its_answers_is_disconnected() {
+    let server = TestServer::start(SOURCES).await;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(1024).unwrap();
+    let mut s = socket.connect(server.public_addr()).await.unwrap();
+    // Pipelined requests whose answers fill our tiny receive buffer and then the server's
+    // send buffer; we never read. The server must give up on the connection.
+    let request = b"GET /nope HTTP/1.1\r\nHost: test\r\n\r\n".repeat(200);
+    let writer = tokio::spawn(async move {
+        loop {
+            match tokio::time::timeout(PATIENCE, s.write_all(&request)).await {
+                Ok(Ok(())) => continue,
+                // The server closed the connection: what we want.
+                Ok(Err(_)) => return true,
+                // Our writes stalled for PATIENCE and the server still holds on.
+                Err(_) => return false,
+            }
+        }
+    });
+    assert!(
+        writer.await.unwrap(),
+        "the server kept a connection that never reads"
+    );
+    server.stop().await;
+}

@@ -123,3 +123,18 @@ async fn an_operator_holding_the_write_lock_gets_503_not_a_hang_and_then_it_reco
     assert_eq!(server.count("SELECT count(*) FROM events"), 1);
     server.stop().await;
 }
+
+#[tokio::test]
+async fn readiness_returns_after_a_failure_without_waiting_for_traffic() {
+    let server = TestServer::start(ONE_SOURCE).await;
+    let locker = rusqlite::Connection::open(&server.db).unwrap();
+    locker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let req = server.sign("sw", "msg_ready", &event_body("msg_ready", ""));
+    assert_eq!(server.post("sw", &req).await.0, 503);
+    assert_eq!(readyz(&server).await, 503, "unready while the lock is held");
+    locker.execute_batch("ROLLBACK").unwrap();
+    // No webhook arrives; the readiness probe itself must find the inbox writable again.
+    assert_eq!(readyz(&server).await, 200);
+    assert_eq!(server.count("SELECT count(*) FROM events"), 0);
+    server.stop().await;
+}
