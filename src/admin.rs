@@ -3,6 +3,7 @@
 //! for the operator's scraper and the load balancer, never for providers.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -14,8 +15,9 @@ use hyper::header::CONTENT_TYPE;
 use hyper::http::{Method, StatusCode};
 use hyper::{Request, Response};
 
-use crate::metrics::Metrics;
+use crate::metrics::{DELIVERY_STATES, Metrics, StateLabels};
 use crate::receive::listener::Handler;
+use crate::store::read;
 use crate::store::writer::Writer;
 
 /// How long `/readyz` waits for the writer to drain its queue before calling it stuck.
@@ -24,6 +26,45 @@ const READY_PING_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct Admin {
     pub metrics: Arc<Metrics>,
     pub writer: Writer,
+    pub readers: read::Pool,
+    /// The inbox file, for the WAL size.
+    pub inbox: PathBuf,
+}
+
+impl Admin {
+    /// Refreshes the gauges that are read from the inbox. A failure leaves the last values
+    /// and is logged: a scrape must not fail because a reader is briefly busy.
+    async fn refresh(&self) {
+        let pool = self.readers.clone();
+        let counts = tokio::task::spawn_blocking(move || {
+            let conn = pool.get().map_err(|e| e.to_string())?;
+            read::delivery_counts(&conn).map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r);
+        match counts {
+            Ok(counts) => {
+                for state in DELIVERY_STATES {
+                    let n = counts
+                        .iter()
+                        .find(|(s, _)| s == state)
+                        .map_or(0, |(_, n)| *n);
+                    self.metrics
+                        .deliveries
+                        .get_or_create(&StateLabels { state })
+                        .set(n);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "reading delivery counts for /metrics"),
+        }
+        let mut wal = self.inbox.clone().into_os_string();
+        wal.push("-wal");
+        let wal_len = std::fs::metadata(&wal).map_or(0, |m| m.len());
+        self.metrics
+            .wal_bytes
+            .set(i64::try_from(wal_len).unwrap_or(i64::MAX));
+    }
 }
 
 impl Handler for Admin {
@@ -32,13 +73,16 @@ impl Handler for Admin {
             return text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
         }
         match req.uri().path() {
-            "/metrics" => Response::builder()
-                .header(
-                    CONTENT_TYPE,
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                )
-                .body(Full::new(self.metrics.encode().into()))
-                .expect("static header values are valid"),
+            "/metrics" => {
+                self.refresh().await;
+                Response::builder()
+                    .header(
+                        CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )
+                    .body(Full::new(self.metrics.encode().into()))
+                    .expect("static header values are valid")
+            }
             "/healthz" => text(StatusCode::OK, "ok\n"),
             "/readyz" => {
                 let drains = tokio::time::timeout(READY_PING_TIMEOUT, self.writer.ping())

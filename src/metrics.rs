@@ -6,6 +6,7 @@
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -24,6 +25,15 @@ pub struct FailureLabels {
     pub reason: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabels {
+    /// A delivery state as the inbox spells it.
+    pub state: &'static str,
+}
+
+/// Every delivery state, so that a state that empties reads 0 rather than vanishing.
+pub const DELIVERY_STATES: [&str; 5] = ["pending", "in_flight", "delivered", "dead", "superseded"];
+
 pub struct Metrics {
     pub registry: Registry,
     pub requests: Family<RequestLabels, Counter>,
@@ -32,6 +42,9 @@ pub struct Metrics {
     pub writer_batch_size: Histogram,
     pub writer_commit_seconds: Histogram,
     pub writer_commit_failures: Counter,
+    /// Read from the inbox at each scrape.
+    pub deliveries: Family<StateLabels, Gauge>,
+    pub wal_bytes: Gauge,
 }
 
 impl Metrics {
@@ -67,8 +80,22 @@ impl Metrics {
             "Batches whose commit failed; every request in them was answered 503",
             writer_commit_failures.clone(),
         );
+        let deliveries = Family::<StateLabels, Gauge>::default();
+        registry.register(
+            "deliveries",
+            "Delivery rows by state, read from the inbox at each scrape",
+            deliveries.clone(),
+        );
+        let wal_bytes = Gauge::default();
+        registry.register(
+            "wal_bytes",
+            "Size of the inbox's write-ahead log; growth that never shrinks means a stuck reader",
+            wal_bytes.clone(),
+        );
         Metrics {
             registry,
+            deliveries,
+            wal_bytes,
             requests,
             signature_failures,
             writer_batch_size,

@@ -20,6 +20,7 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::receive::Receiver;
 use crate::receive::listener::{self, Limits};
+use crate::store;
 use crate::store::writer::Writer;
 
 /// Connections the admin listener serves at once: it has one scraper and a health checker.
@@ -100,6 +101,8 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let admin_handler = Arc::new(Admin {
         metrics: metrics.clone(),
         writer,
+        readers: store::read::pool(&store_path),
+        inbox: store_path.clone(),
     });
 
     let (stop, stopped) = oneshot::channel::<()>();

@@ -45,6 +45,13 @@ pub fn open(path: &Path) -> rusqlite::Result<Connection> {
     Ok(conn)
 }
 
+/// Delivery rows per state.
+pub fn delivery_counts(conn: &Connection) -> rusqlite::Result<Vec<(String, i64)>> {
+    conn.prepare_cached("SELECT state, count(*) FROM deliveries GROUP BY state")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect()
+}
+
 /// The pool. Connections open lazily, so this succeeds before the first query.
 pub fn pool(path: &Path) -> Pool {
     r2d2::Pool::builder()

@@ -46,6 +46,9 @@ async fn the_exact_raw_request_replayed_is_200_and_adds_no_row() {
         ),
         3.0
     );
+    assert_eq!(metric(&m, r#"hookinbox_deliveries{state="pending"}"#), 2.0);
+    assert_eq!(metric(&m, r#"hookinbox_deliveries{state="dead"}"#), 0.0);
+    assert!(metric(&m, "hookinbox_wal_bytes") > 0.0, "{m}");
     server.stop().await;
 }
 
