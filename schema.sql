@@ -37,19 +37,50 @@ CREATE INDEX events_received ON events (received_at);
 CREATE TABLE deliveries (
     id              INTEGER PRIMARY KEY,
     event           INTEGER NOT NULL REFERENCES events (id) ON DELETE CASCADE,
+    source          TEXT    NOT NULL,         -- the event's source (targets are named per source)
     target          TEXT    NOT NULL,         -- the target's name in the source's config
     idempotency_key TEXT    NOT NULL UNIQUE,  -- fixed at insert, sent on every attempt forever
     state           TEXT    NOT NULL DEFAULT 'pending'
                     CHECK (state IN ('pending', 'in_flight', 'delivered', 'dead', 'superseded')),
-    attempts        INTEGER NOT NULL DEFAULT 0,
+    attempts        INTEGER NOT NULL DEFAULT 0, -- counted when claimed, so a crash mid-attempt counts
     next_attempt_at TEXT    NOT NULL,         -- due time while pending
     lease_until     TEXT,                     -- while in_flight: when the claim expires
-    last_error      TEXT,                     -- why the last attempt failed, if it did
+    last_error      TEXT,                     -- why the last attempt failed, or why it is dead
+    order_key       TEXT,                     -- with ordering on: the event's order key
+    order_version,                            -- … and its version (a number or text)
     created_at      TEXT    NOT NULL,
-    updated_at      TEXT    NOT NULL,
+    updated_at      TEXT    NOT NULL,         -- last change of state
     UNIQUE (event, target)
 );
-CREATE INDEX deliveries_due ON deliveries (state, next_attempt_at);
+CREATE INDEX deliveries_due ON deliveries (source, target, state, next_attempt_at);
+CREATE INDEX deliveries_leases ON deliveries (lease_until) WHERE state = 'in_flight';
+CREATE INDEX deliveries_order ON deliveries (source, target, order_key, state)
+    WHERE order_key IS NOT NULL;
+
+-- One row per delivery attempt: what was tried, how long it took, what came back.
+CREATE TABLE attempts (
+    id          INTEGER PRIMARY KEY,
+    delivery    INTEGER NOT NULL REFERENCES deliveries (id) ON DELETE CASCADE,
+    number      INTEGER NOT NULL,             -- 1 for the first attempt
+    started_at  TEXT    NOT NULL,
+    duration_ms INTEGER NOT NULL,
+    outcome     TEXT    NOT NULL CHECK (outcome IN ('delivered', 'retry', 'dead')),
+    status      INTEGER,                      -- the HTTP status or the command's exit code
+    error       TEXT,                         -- why it failed (timeout, connection refused, …)
+    output      TEXT                          -- the start of the response body, or stdout/stderr
+);
+CREATE INDEX attempts_delivery ON attempts (delivery);
+
+-- With ordering on: the newest version delivered per key and target. An event whose
+-- version is not newer is superseded, not delivered.
+CREATE TABLE order_keys (
+    source        TEXT NOT NULL,
+    target        TEXT NOT NULL,
+    order_key     TEXT NOT NULL,
+    last_version  NOT NULL,
+    updated_at    TEXT NOT NULL,
+    PRIMARY KEY (source, target, order_key)
+);
 
 -- Same identity, different bytes: the new bytes are quarantined here and never forwarded.
 -- One row per distinct version; a provider retrying the same conflicting bytes bumps `seen`.
@@ -97,7 +128,7 @@ SELECT e.id, e.received_at, e.source, e.account, e.event_id, e.event_type, e.siz
 
 -- What is waiting to be forwarded, soonest first.
 CREATE VIEW pending_deliveries AS
-SELECT d.id, e.source, e.event_id, d.target, d.state, d.attempts, d.next_attempt_at,
+SELECT d.id, d.source, e.event_id, d.target, d.state, d.attempts, d.next_attempt_at,
        d.lease_until, d.last_error, e.received_at, d.idempotency_key
   FROM deliveries d JOIN events e ON e.id = d.event
  WHERE d.state IN ('pending', 'in_flight')
@@ -105,11 +136,18 @@ SELECT d.id, e.source, e.event_id, d.target, d.state, d.attempts, d.next_attempt
 
 -- Deliveries that gave up, newest first: the candidates for replay.
 CREATE VIEW dead_deliveries AS
-SELECT d.id, e.source, e.event_id, d.target, d.attempts, d.last_error, d.updated_at,
+SELECT d.id, d.source, e.event_id, d.target, d.attempts, d.last_error, d.updated_at,
        e.received_at, d.idempotency_key
   FROM deliveries d JOIN events e ON e.id = d.event
  WHERE d.state = 'dead'
  ORDER BY d.updated_at DESC;
+
+-- Every attempt with its event, newest first.
+CREATE VIEW recent_attempts AS
+SELECT a.id, a.started_at, d.source, e.event_id, d.target, a.number, a.outcome, a.status,
+       a.duration_ms, a.error, d.idempotency_key
+  FROM attempts a JOIN deliveries d ON d.id = a.delivery JOIN events e ON e.id = d.event
+ ORDER BY a.id DESC;
 
 -- Quarantined versions beside the original they conflict with, newest first.
 CREATE VIEW recent_conflicts AS

@@ -116,6 +116,7 @@ pub struct Source {
     pub keep_payload: Duration,
     pub keep_identity: Duration,
     pub targets: Vec<Target>,
+    pub order: Option<Order>,
     /// Where each secret came from, for `check`'s warnings.
     pub secret_origins: Vec<Origin>,
 }
@@ -124,11 +125,37 @@ pub struct Source {
 pub struct Target {
     pub name: String,
     pub kind: TargetKind,
+    /// The whole attempt: connect, send, answer (or the command's run time).
     pub timeout: Duration,
+    /// Waits between attempts; one attempt more than entries, then `dead`.
     pub retry: Vec<Duration>,
+    /// Attempts in flight at once for this target.
     pub concurrency: usize,
+    /// How long a claimed delivery stays claimed; after that the sweeper returns it to the
+    /// queue (a crash mid-attempt). Always longer than `timeout`.
+    pub lease: Duration,
     /// When set, forwarded requests carry a Standard Webhooks signature made with it.
     pub sign_secret: Option<Secret>,
+}
+
+/// How much longer than the attempt timeout a lease lasts by default: time to record the
+/// result after the attempt ended.
+/// The longest wait between two attempts.
+pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(7 * 86_400);
+/// The most attempts in flight for one target.
+pub const MAX_CONCURRENCY: usize = 256;
+
+pub const LEASE_MARGIN: Duration = Duration::from_secs(30);
+
+/// Per-source ordering: events with the same key are delivered one at a time, in version
+/// order; an event not newer than the last delivered version of its key is superseded.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Order {
+    /// JSON pointer to the key, e.g. `/data/object/id`.
+    pub key: String,
+    /// JSON pointer to the version, a number or a string that sorts, e.g. `/created`.
+    pub version: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -227,6 +254,8 @@ struct RawSource {
     #[serde(default)]
     hmac: Option<scheme::hmac::Spec>,
     #[serde(default)]
+    order: Option<Order>,
+    #[serde(default)]
     targets: Vec<RawTarget>,
 }
 
@@ -246,6 +275,8 @@ struct RawTarget {
     concurrency: usize,
     #[serde(default)]
     sign_secret: Option<String>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    lease: Option<Duration>,
 }
 
 fn default_listen() -> SocketAddr {
@@ -369,7 +400,19 @@ pub fn from_str(text: &str, path: &Path, credentials: Option<&Path>) -> anyhow::
         .map_err(|e| anyhow::anyhow!("config file {}: {e}", path.display()))
 }
 
+/// Where relative paths and `credential:` secrets are found.
+struct Paths<'a> {
+    /// The config file's directory.
+    base: &'a Path,
+    /// systemd's `$CREDENTIALS_DIRECTORY`.
+    credentials: Option<&'a Path>,
+}
+
 fn validate(raw: RawConfig, path: &Path, credentials: Option<&Path>) -> Result<Config, String> {
+    let paths = Paths {
+        base: path.parent().unwrap_or(Path::new(".")),
+        credentials,
+    };
     let s = &raw.server;
     if s.max_body == 0 || s.max_body > MAX_MAX_BODY {
         return Err(format!(
@@ -399,13 +442,8 @@ fn validate(raw: RawConfig, path: &Path, credentials: Option<&Path>) -> Result<C
     }
     // A relative store path is relative to the config file, so that a config works from any
     // working directory (systemd starts services in /).
-    let store_path = if raw.store.path.is_relative() {
-        path.parent()
-            .unwrap_or(Path::new("."))
-            .join(&raw.store.path)
-    } else {
-        raw.store.path.clone()
-    };
+    // (Joining an absolute path yields it unchanged.)
+    let store_path = paths.base.join(&raw.store.path);
 
     let mut names = HashSet::new();
     let mut sources = Vec::with_capacity(raw.sources.len());
@@ -419,7 +457,7 @@ fn validate(raw: RawConfig, path: &Path, credentials: Option<&Path>) -> Result<C
         if !names.insert(rs.name.clone()) {
             return Err(format!("{at}.name is used by two sources"));
         }
-        sources.push(validate_source(rs, &at, credentials)?);
+        sources.push(validate_source(rs, &at, &paths)?);
     }
     Ok(Config {
         path: path.to_owned(),
@@ -441,7 +479,7 @@ fn validate(raw: RawConfig, path: &Path, credentials: Option<&Path>) -> Result<C
     })
 }
 
-fn validate_source(rs: RawSource, at: &str, credentials: Option<&Path>) -> Result<Source, String> {
+fn validate_source(rs: RawSource, at: &str, paths: &Paths) -> Result<Source, String> {
     let kind = match (rs.scheme.as_str(), rs.hmac) {
         ("standard-webhooks", None) => Kind::StandardWebhooks,
         ("stripe", None) => Kind::Stripe,
@@ -493,6 +531,13 @@ fn validate_source(rs: RawSource, at: &str, credentials: Option<&Path>) -> Resul
             kind.name()
         ));
     }
+    if let Some(order) = &rs.order
+        && !(order.key.starts_with('/') && order.version.starts_with('/'))
+    {
+        return Err(format!(
+            "{at}.order: key and version are JSON pointers like \"/data/object/id\""
+        ));
+    }
     if matches!(kind, Kind::Hmac(_)) && id.is_none() {
         return Err(format!(
             "{at}: scheme \"hmac\" has no standard event id; set id_header or id_pointer"
@@ -525,7 +570,7 @@ fn validate_source(rs: RawSource, at: &str, credentials: Option<&Path>) -> Resul
     let mut secrets = Vec::with_capacity(rs.secrets.len());
     let mut secret_origins = Vec::with_capacity(rs.secrets.len());
     for (j, reference) in rs.secrets.iter().enumerate() {
-        let (secret, origin) = secret::resolve(reference, credentials)
+        let (secret, origin) = secret::resolve(reference, paths.credentials)
             .map_err(|e| format!("{at}.secrets[{j}]: {e}"))?;
         secrets.push(secret);
         secret_origins.push(origin);
@@ -545,7 +590,7 @@ fn validate_source(rs: RawSource, at: &str, credentials: Option<&Path>) -> Resul
         if !target_names.insert(rt.name.clone()) {
             return Err(format!("{tat}.name is used by two targets of this source"));
         }
-        targets.push(validate_target(rt, &tat, credentials)?);
+        targets.push(validate_target(rt, &tat, paths)?);
     }
     Ok(Source {
         name: rs.name,
@@ -555,6 +600,7 @@ fn validate_source(rs: RawSource, at: &str, credentials: Option<&Path>) -> Resul
         keep_payload: rs.keep_payload,
         keep_identity: rs.keep_identity,
         targets,
+        order: rs.order,
         secret_origins,
     })
 }
@@ -600,21 +646,26 @@ fn validate_hmac(spec: scheme::hmac::Spec, at: &str) -> Result<scheme::hmac::Spe
     Ok(spec)
 }
 
-fn validate_target(rt: RawTarget, at: &str, credentials: Option<&Path>) -> Result<Target, String> {
+fn validate_target(rt: RawTarget, at: &str, paths: &Paths) -> Result<Target, String> {
     let kind = match (rt.url, rt.command) {
         (Some(url), None) => {
-            if !(url.starts_with("http://") || url.starts_with("https://")) {
-                return Err(format!(
-                    "{at}.url {url:?} must start with http:// or https://"
-                ));
+            let parsed = reqwest::Url::parse(&url)
+                .map_err(|e| format!("{at}.url {url:?} is not a URL: {e}"))?;
+            if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
+                return Err(format!("{at}.url {url:?} must be http:// or https:// with a host"));
             }
             TargetKind::Url(url)
         }
-        (None, Some(argv)) => {
+        (None, Some(mut argv)) => {
             if argv.is_empty() || argv[0].is_empty() {
                 return Err(format!(
                     "{at}.command must name a program: [\"/path/to/program\", \"arg\", …]"
                 ));
+            }
+            // A relative program path is relative to the config file, like the store path;
+            // a bare name is looked up on PATH.
+            if argv[0].contains('/') && Path::new(&argv[0]).is_relative() {
+                argv[0] = paths.base.join(&argv[0]).display().to_string();
             }
             TargetKind::Command(argv)
         }
@@ -623,14 +674,27 @@ fn validate_target(rt: RawTarget, at: &str, credentials: Option<&Path>) -> Resul
     if rt.timeout.is_zero() {
         return Err(format!("{at}.timeout must be more than zero"));
     }
-    if rt.concurrency == 0 {
-        return Err(format!("{at}.concurrency must be at least 1"));
+    if rt.concurrency == 0 || rt.concurrency > MAX_CONCURRENCY {
+        return Err(format!("{at}.concurrency must be between 1 and {MAX_CONCURRENCY}"));
+    }
+    if rt.timeout > MAX_TIMEOUT {
+        return Err(format!("{at}.timeout must be at most 1h"));
+    }
+    let lease = rt.lease.unwrap_or(rt.timeout + LEASE_MARGIN);
+    if lease <= rt.timeout || lease > MAX_TIMEOUT * 2 {
+        return Err(format!(
+            "{at}.lease must be longer than timeout ({:?}) and at most 2h",
+            rt.timeout
+        ));
     }
     let retry = rt.retry.unwrap_or_else(|| DEFAULT_RETRY.to_vec());
+    if retry.iter().any(|d| *d > MAX_RETRY_DELAY) {
+        return Err(format!("{at}.retry: each wait must be at most 7d"));
+    }
     let sign_secret = match rt.sign_secret {
         None => None,
         Some(reference) => {
-            let (secret, _) = secret::resolve(&reference, credentials)
+            let (secret, _) = secret::resolve(&reference, paths.credentials)
                 .map_err(|e| format!("{at}.sign_secret: {e}"))?;
             scheme::standard_webhooks::decode_secret(&secret)
                 .map_err(|e| format!("{at}.sign_secret: {e}"))?;
@@ -643,6 +707,7 @@ fn validate_target(rt: RawTarget, at: &str, credentials: Option<&Path>) -> Resul
         timeout: rt.timeout,
         retry,
         concurrency: rt.concurrency,
+        lease,
         sign_secret,
     })
 }

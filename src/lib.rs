@@ -10,6 +10,7 @@
 //! - [`store`]: the inbox: schema and migrations, the single writer with group commit,
 //!   read-only connections.
 //! - [`receive`]: the public listener: limits, routing, verification, answers.
+//! - [`deliver`]: the worker that forwards stored events to their targets, with retries.
 //! - [`admin`]: the local admin listener: metrics and health.
 //! - [`metrics`]: the Prometheus registry and every metric hookinbox exports.
 //! - [`commands`]: one module per subcommand.
@@ -20,6 +21,7 @@ pub mod cli;
 pub mod clock;
 pub mod commands;
 pub mod config;
+pub mod deliver;
 pub mod metrics;
 pub mod receive;
 pub mod scheme;

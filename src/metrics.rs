@@ -34,6 +34,14 @@ pub struct StateLabels {
 /// Every delivery state, so that a state that empties reads 0 rather than vanishing.
 pub const DELIVERY_STATES: [&str; 5] = ["pending", "in_flight", "delivered", "dead", "superseded"];
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AttemptLabels {
+    pub source: String,
+    pub target: String,
+    /// delivered, retry or dead: what the attempt led to.
+    pub result: &'static str,
+}
+
 pub struct Metrics {
     pub registry: Registry,
     pub requests: Family<RequestLabels, Counter>,
@@ -42,6 +50,7 @@ pub struct Metrics {
     pub writer_batch_size: Histogram,
     pub writer_commit_seconds: Histogram,
     pub writer_commit_failures: Counter,
+    pub attempts: Family<AttemptLabels, Counter>,
     /// Read from the inbox at each scrape.
     pub deliveries: Family<StateLabels, Gauge>,
     pub wal_bytes: Gauge,
@@ -80,6 +89,12 @@ impl Metrics {
             "Batches whose commit failed; every request in them was answered 503",
             writer_commit_failures.clone(),
         );
+        let attempts = Family::<AttemptLabels, Counter>::default();
+        registry.register(
+            "attempts",
+            "Delivery attempts by source, target and what they led to",
+            attempts.clone(),
+        );
         let deliveries = Family::<StateLabels, Gauge>::default();
         registry.register(
             "deliveries",
@@ -94,6 +109,7 @@ impl Metrics {
         );
         Metrics {
             registry,
+            attempts,
             deliveries,
             wal_bytes,
             requests,

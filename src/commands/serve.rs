@@ -16,7 +16,8 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::admin::Admin;
-use crate::config::Config;
+use crate::config::{Config, Source};
+use crate::deliver::Deliverer;
 use crate::metrics::Metrics;
 use crate::receive::Receiver;
 use crate::receive::listener::{self, Limits};
@@ -52,6 +53,9 @@ impl Running {
 
 /// Opens the inbox, binds both listeners and starts serving.
 pub async fn start(config: Config) -> anyhow::Result<Running> {
+    // reqwest is built without a default crypto provider so that only ring is in the tree;
+    // this installs it (a second call, as in tests, finds it installed).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let metrics = Arc::new(Metrics::new());
     let store_path = config.store.path.clone();
     if let Some(dir) = store_path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -96,31 +100,40 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         header_timeout: config.server.header_timeout,
         max_connections: ADMIN_MAX_CONNECTIONS,
     };
-    let sources = config.sources.len();
-    let receiver = Arc::new(Receiver::new(config, writer.clone(), metrics.clone()));
+    let readers = store::read::pool(&store_path);
+    let sources: Vec<Arc<Source>> = config.sources.into_iter().map(Arc::new).collect();
+    let (deliverer, wakeups) = Deliverer::start(&sources, writer.clone(), readers.clone(), metrics.clone())
+        .context("setting up the delivery targets")?;
+    let receiver = Arc::new(Receiver::new(&sources, &config.server, writer.clone(), metrics.clone(), wakeups));
     let admin_handler = Arc::new(Admin {
         metrics: metrics.clone(),
         writer,
-        readers: store::read::pool(&store_path),
+        readers,
         inbox: store_path.clone(),
     });
+    let sources = sources.len();
 
     let (stop, stopped) = oneshot::channel::<()>();
     let (admin_stop, admin_stopped) = oneshot::channel::<()>();
+    let (public_stop, public_stopped) = oneshot::channel::<()>();
     let done = tokio::spawn(async move {
         let admin_task = tokio::spawn(listener::serve(admin, admin_limits, admin_handler, async {
             let _ = admin_stopped.await;
         }));
-        listener::serve(public, limits, receiver, async {
-            let _ = stopped.await;
-        })
-        .await;
+        let public_task = tokio::spawn(listener::serve(public, limits, receiver, async {
+            let _ = public_stopped.await;
+        }));
+        let _ = stopped.await;
+        // The listener and the worker stop together: no new connections and no new claims;
+        // in-flight requests and attempts get their drain time.
+        let _ = public_stop.send(());
+        let ((), _) = tokio::join!(deliverer.shutdown(), public_task);
         let _ = admin_stop.send(());
         let _ = admin_task.await;
-        // Every Writer handle is gone with the listeners' handlers: the thread commits what
-        // is queued, closes the inbox, and ends.
-        // A connection still stuck past the drain keeps a handle alive; it is bounded by the
-        // body timeout and the commit wait, and so is this.
+        // Every Writer handle is gone with the listeners' handlers and the worker: the
+        // thread commits what is queued, closes the inbox, and ends. A connection still stuck
+        // past the drain keeps a handle alive; it is bounded by the body timeout and the
+        // commit wait, and so is this.
         let flushed = tokio::task::spawn_blocking(move || writer_thread.join());
         match tokio::time::timeout(WRITER_FLUSH_TIMEOUT, flushed).await {
             Ok(_) => tracing::info!("stopped; the inbox is closed"),

@@ -24,10 +24,12 @@ use hyper::header::CONTENT_LENGTH;
 use hyper::http::{HeaderMap, Method};
 use hyper::{Request, Response};
 
-use crate::config::{Config, Source};
+use crate::config::{self, Order, Source};
+use crate::deliver::Wakeups;
 use crate::metrics::Metrics;
 use crate::scheme::{Input, Verdict};
-use crate::store::writer::{NewEvent, Stored, Writer};
+use crate::store::ingest::{NewEvent, Stored};
+use crate::store::writer::Writer;
 use crate::{clock, store};
 pub use answer::Outcome;
 
@@ -41,7 +43,7 @@ const CREDENTIAL_HEADERS: [&str; 3] = ["authorization", "cookie", "proxy-authori
 struct SourceState {
     name: Arc<str>,
     account: Arc<str>,
-    config: Source,
+    config: Arc<Source>,
     targets: Vec<String>,
 }
 
@@ -50,31 +52,38 @@ pub struct Receiver {
     sources: HashMap<String, SourceState>,
     writer: Writer,
     metrics: Arc<Metrics>,
+    wakeups: Wakeups,
     max_body: u64,
     body_timeout: Duration,
 }
 
 impl Receiver {
-    pub fn new(config: Config, writer: Writer, metrics: Arc<Metrics>) -> Receiver {
-        let sources = config
-            .sources
-            .into_iter()
+    pub fn new(
+        sources: &[Arc<Source>],
+        server: &config::Server,
+        writer: Writer,
+        metrics: Arc<Metrics>,
+        wakeups: Wakeups,
+    ) -> Receiver {
+        let sources = sources
+            .iter()
             .map(|s| {
                 let state = SourceState {
                     name: s.name.as_str().into(),
                     account: s.account.as_str().into(),
                     targets: s.targets.iter().map(|t| t.name.clone()).collect(),
-                    config: s,
+                    config: s.clone(),
                 };
-                (state.config.name.clone(), state)
+                (s.name.clone(), state)
             })
             .collect();
         Receiver {
             sources,
             writer,
             metrics,
-            max_body: config.server.max_body,
-            body_timeout: config.server.body_timeout,
+            wakeups,
+            max_body: server.max_body,
+            body_timeout: server.body_timeout,
         }
     }
 
@@ -137,11 +146,22 @@ impl Receiver {
                     (t.clone(), key)
                 })
                 .collect(),
+            order: source.config.order.as_ref().and_then(|order| {
+                let key = order_key(order, &body);
+                if key.is_none() {
+                    tracing::warn!(source = %source.name, event_id, "ordering: no key or version \
+                        at the configured pointers; this event is delivered without ordering");
+                }
+                key
+            }),
             event_id: event_id.clone(),
             body,
         };
         let outcome = match self.writer.ingest(event).await {
-            Ok(Stored::New) => Outcome::Accepted,
+            Ok(Stored::New) => {
+                self.wakeups.wake(&source.name);
+                Outcome::Accepted
+            }
             Ok(Stored::Duplicate) => Outcome::Duplicate,
             Ok(Stored::Conflict) => Outcome::Conflict(source.config.on_conflict),
             Err(e) => Outcome::Unavailable(e),
@@ -185,6 +205,28 @@ impl listener::Handler for Receiver {
         }
         outcome.response()
     }
+}
+
+/// The order key and version of a body, when both are at their pointers. A key is text
+/// (numbers are written as text); a version is a number or text, compared as SQLite does.
+fn order_key(order: &Order, body: &[u8]) -> Option<(String, rusqlite::types::Value)> {
+    use rusqlite::types::Value;
+    use serde_json::Value as Json;
+    let json: Json = serde_json::from_slice(body).ok()?;
+    let key = match json.pointer(&order.key)? {
+        Json::String(s) => s.clone(),
+        Json::Number(n) => n.to_string(),
+        _ => return None,
+    };
+    let version = match json.pointer(&order.version)? {
+        Json::String(s) => Value::Text(s.clone()),
+        Json::Number(n) => match n.as_i64() {
+            Some(i) => Value::Integer(i),
+            None => Value::Real(n.as_f64()?),
+        },
+        _ => return None,
+    };
+    Some((key, version))
 }
 
 /// The request headers as JSON `[[name, value], …]`, in arrival order, without credentials.

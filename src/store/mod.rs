@@ -5,6 +5,8 @@
 //! `synchronous=FULL`, after the WAL was fsynced). Readers use a small pool of read-only
 //! connections ([`read`]) and never block the writer (WAL).
 
+pub mod ingest;
+pub mod queue;
 pub mod read;
 pub mod writer;
 

@@ -1,15 +1,19 @@
 //! The single writer: one OS thread owns the only read-write connection and commits what
-//! the HTTP handlers send it in batches (group commit).
+//! the rest of hookinbox sends it in batches (group commit).
 //!
 //! Why one writer: SQLite admits one writer at a time anyway; with several, they would take
-//! turns at the lock and each pay its own fsync. Here requests queue in a channel, the
-//! thread takes everything waiting (up to [`MAX_BATCH`]), runs it in one
-//! `BEGIN IMMEDIATE … COMMIT` — one fsync for the whole batch — and only then answers each
-//! request. The fsync is shared; the promise is not weakened: nobody hears "stored" before
-//! the commit that holds their event returned.
+//! turns at the lock and each pay its own fsync. Here jobs queue in a channel, the thread
+//! takes everything waiting (up to [`MAX_BATCH`]), runs it in one `BEGIN IMMEDIATE … COMMIT`
+//! — one fsync for the whole batch — and only then answers each job. The fsync is shared;
+//! the promise is not weakened: nobody hears "stored" before the commit that holds their
+//! event returned.
 //!
 //! There is no artificial wait for a batch to fill: while one commit is in flight, the
-//! next requests pile up in the channel, so batches grow exactly when load does.
+//! next jobs pile up in the channel, so batches grow exactly when load does.
+//!
+//! A job is any closure over the connection (store an event, claim deliveries, record an
+//! attempt); each runs in its own savepoint, so an error peculiar to one job fails only that
+//! job, while a storage error (disk full, I/O) fails the batch.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -17,58 +21,28 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::{mpsc, oneshot};
 
+use super::ingest::{self, NewEvent, Stored};
+use super::queue::{self, ClaimRequest, Claimed, Finished};
 use crate::clock;
 use crate::config::Synchronous;
 use crate::metrics::Metrics;
 
-/// The most operations in one transaction. Beyond a few hundred rows the fsync is no longer
-/// what dominates a commit (reference/reliability-perf.md §1.5), and a bound keeps one
-/// commit's latency, which every request in it waits for, in check.
+/// The most jobs in one transaction. Beyond a few hundred rows the fsync is no longer what
+/// dominates a commit (reference/reliability-perf.md §1.5), and a bound keeps one commit's
+/// latency, which every request in it waits for, in check.
 pub const MAX_BATCH: usize = 512;
 
-/// Requests waiting for the writer. When it is full the disk is far behind the network, and
-/// a new request is answered 503 at once rather than queued into a provider's timeout.
+/// Jobs waiting for the writer. When it is full the disk is far behind the network, and a
+/// new request is answered 503 at once rather than queued into a provider's timeout.
 pub const QUEUE_CAPACITY: usize = 4096;
 
-/// How long a handler waits for its commit before answering 503. A commit can still land
-/// after that; the provider then retries and hears "duplicate", which is honest. Below
-/// Slack's and Shopify's answer deadlines (3 s and 5 s) would be ideal, but a disk that
-/// takes seconds to fsync is better answered late than never.
+/// How long a caller waits for its commit before giving up (a request answers 503). A
+/// commit can still land after that; the provider then retries and hears "duplicate", which
+/// is honest. A disk that takes seconds to fsync is better answered late than never.
 pub const COMMIT_WAIT: Duration = Duration::from_secs(10);
-
-/// An event, verified and ready to store, with everything computed off the writer thread.
-#[derive(Debug)]
-pub struct NewEvent {
-    pub source: Arc<str>,
-    pub account: Arc<str>,
-    pub event_id: String,
-    pub sha256_hex: String,
-    pub body: Bytes,
-    /// Whether `body` is valid UTF-8 and so is stored as TEXT.
-    pub body_is_text: bool,
-    /// JSON `[[name, value], …]`.
-    pub headers: String,
-    pub event_type: Option<String>,
-    /// Unix seconds.
-    pub provider_time: Option<i64>,
-    /// (target name, idempotency key), one delivery row each.
-    pub deliveries: Vec<(String, String)>,
-}
-
-/// What the store did with an event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stored {
-    /// Committed for the first time.
-    New,
-    /// Same identity and same bytes as an event already stored: nothing written.
-    Duplicate,
-    /// Same identity, different bytes: quarantined in `conflicts`; the original untouched.
-    Conflict,
-}
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum WriteError {
@@ -82,8 +56,54 @@ pub enum WriteError {
     Stopped,
 }
 
+/// Work for the writer thread.
+trait Job: Send {
+    /// Runs inside the batch's transaction, in a savepoint of its own.
+    fn run(&mut self, conn: &Connection, now: &str) -> rusqlite::Result<()>;
+    /// This job alone failed; its savepoint was rolled back.
+    fn fail(&mut self, error: WriteError);
+    /// Answers the caller once the batch committed, or with the batch's error.
+    fn answer(self: Box<Self>, batch_error: Option<WriteError>);
+    /// Whether this job stores a webhook event (for the batch-size metric).
+    fn is_event(&self) -> bool;
+}
+
+struct Task<T, F> {
+    work: F,
+    result: Option<Result<T, WriteError>>,
+    reply: oneshot::Sender<Result<T, WriteError>>,
+    event: bool,
+}
+
+impl<T, F> Job for Task<T, F>
+where
+    T: Send,
+    F: FnMut(&Connection, &str) -> rusqlite::Result<T> + Send,
+{
+    fn run(&mut self, conn: &Connection, now: &str) -> rusqlite::Result<()> {
+        self.result = Some(Ok((self.work)(conn, now)?));
+        Ok(())
+    }
+
+    fn fail(&mut self, error: WriteError) {
+        self.result = Some(Err(error));
+    }
+
+    fn answer(self: Box<Self>, batch_error: Option<WriteError>) {
+        let result = match batch_error {
+            Some(e) => Err(e),
+            None => self.result.unwrap_or(Err(WriteError::Stopped)),
+        };
+        let _ = self.reply.send(result);
+    }
+
+    fn is_event(&self) -> bool {
+        self.event
+    }
+}
+
 enum Op {
-    Ingest(Box<NewEvent>, oneshot::Sender<Result<Stored, WriteError>>),
+    Job(Box<dyn Job>),
     /// Answered when the writer loop reaches it: proves the thread is alive and draining.
     Ping(oneshot::Sender<()>),
 }
@@ -130,15 +150,50 @@ impl Writer {
         Ok((Writer { tx, health }, handle))
     }
 
-    /// Stores one event and waits until its commit returned.
+    /// Stores one event and waits until its commit returned. A full queue is refused at
+    /// once: the request answers 503 instead of waiting into the provider's timeout.
     pub async fn ingest(&self, event: NewEvent) -> Result<Stored, WriteError> {
+        self.submit(true, false, move |conn, now| ingest::store(conn, &event, now))
+            .await
+    }
+
+    /// Claims due deliveries for one target (see [`queue::claim`]).
+    pub async fn claim(&self, request: ClaimRequest) -> Result<Vec<Claimed>, WriteError> {
+        self.submit(false, true, move |conn, now| queue::claim(conn, &request, now))
+            .await
+    }
+
+    /// Records one attempt and the delivery's next state (see [`queue::finish`]).
+    pub async fn finish(&self, finished: Finished) -> Result<bool, WriteError> {
+        self.submit(false, true, move |conn, now| queue::finish(conn, &finished, now))
+            .await
+    }
+
+    /// Returns deliveries whose lease expired to the queue (see [`queue::sweep`]).
+    pub async fn sweep(&self) -> Result<usize, WriteError> {
+        self.submit(false, true, queue::sweep).await
+    }
+
+    async fn submit<T, F>(&self, event: bool, wait_for_room: bool, work: F) -> Result<T, WriteError>
+    where
+        T: Send + 'static,
+        F: FnMut(&Connection, &str) -> rusqlite::Result<T> + Send + 'static,
+    {
         let (reply, answer) = oneshot::channel();
-        self.tx
-            .try_send(Op::Ingest(Box::new(event), reply))
-            .map_err(|e| match e {
+        let op = Op::Job(Box::new(Task {
+            work,
+            result: None,
+            reply,
+            event,
+        }));
+        if wait_for_room {
+            self.tx.send(op).await.map_err(|_| WriteError::Stopped)?;
+        } else {
+            self.tx.try_send(op).map_err(|e| match e {
                 mpsc::error::TrySendError::Full(_) => WriteError::QueueFull,
                 mpsc::error::TrySendError::Closed(_) => WriteError::Stopped,
             })?;
+        }
         match tokio::time::timeout(COMMIT_WAIT, answer).await {
             Err(_) => Err(WriteError::TimedOut),
             Ok(Err(_)) => Err(WriteError::Stopped),
@@ -189,59 +244,59 @@ impl Loop {
 
     /// Runs one batch and answers everyone in it.
     fn commit(&mut self, batch: &mut Vec<Op>) {
-        let events = batch
-            .iter()
-            .filter(|op| matches!(op, Op::Ingest(..)))
-            .count();
-        let started = Instant::now();
-        let mut outcomes = if events > 0 {
-            match self.connection().and_then(|conn| run_batch(conn, batch)) {
-                Ok(outcomes) => {
-                    self.metrics.writer_batch_size.observe(events as f64);
+        let mut jobs = Vec::with_capacity(batch.len());
+        let mut pings = Vec::new();
+        for op in batch.drain(..) {
+            match op {
+                Op::Job(job) => jobs.push(job),
+                Op::Ping(reply) => pings.push(reply),
+            }
+        }
+        let events = jobs.iter().filter(|j| j.is_event()).count();
+        let batch_error = if jobs.is_empty() {
+            // Only pings. After a failure nothing else would prove the inbox healthy again
+            // if no traffic arrives (a load balancer may be holding it back because of
+            // /readyz), so try a real write.
+            if !self.health.last_commit_ok.load(Ordering::Relaxed) {
+                self.probe();
+            }
+            None
+        } else {
+            let started = Instant::now();
+            match self.connection().and_then(|conn| run_batch(conn, &mut jobs)) {
+                Ok(()) => {
+                    if events > 0 {
+                        self.metrics.writer_batch_size.observe(events as f64);
+                    }
                     self.metrics
                         .writer_commit_seconds
                         .observe(started.elapsed().as_secs_f64());
                     self.health.last_commit_ok.store(true, Ordering::Relaxed);
-                    outcomes
+                    None
                 }
                 Err(e) => {
-                    self.failed(&e, events);
-                    let err = WriteError::CommitFailed(e.to_string());
-                    vec![Err(err); events]
+                    self.failed(&e, jobs.len());
+                    Some(WriteError::CommitFailed(e.to_string()))
                 }
             }
-        } else {
-            // Only pings. After a failure, nothing else would ever prove the inbox healthy
-            // again if no traffic arrives (a load balancer may be holding it back because
-            // of /readyz), so try a real write.
-            if !self.health.last_commit_ok.load(Ordering::Relaxed) {
-                self.probe();
-            }
-            Vec::new()
+        };
+        for job in jobs {
+            job.answer(batch_error.clone());
         }
-        .into_iter();
-        for op in batch.drain(..) {
-            match op {
-                Op::Ingest(_, reply) => {
-                    let outcome = outcomes.next().expect("one outcome per event");
-                    let _ = reply.send(outcome);
-                }
-                Op::Ping(reply) => {
-                    let _ = reply.send(());
-                }
-            }
+        for ping in pings {
+            let _ = ping.send(());
         }
     }
 
-    fn failed(&mut self, e: &super::Error, events: usize) {
+    fn failed(&mut self, e: &super::Error, jobs: usize) {
         self.metrics.writer_commit_failures.inc();
         self.health.last_commit_ok.store(false, Ordering::Relaxed);
         tracing::error!(
             error = %e,
-            events,
+            jobs,
             path = %self.path.display(),
-            "commit failed; every request in the batch is answered 503 and the inbox \
-             connection will be reopened"
+            "commit failed; everything in the batch is refused (requests get 503) and the \
+             inbox connection will be reopened"
         );
         self.conn = None;
     }
@@ -281,41 +336,31 @@ impl Loop {
     }
 }
 
-/// One transaction for the batch; a savepoint per event, so that an error peculiar to one
-/// event fails only that event. Returns one outcome per `Op::Ingest`, in order; an `Err`
-/// means nothing in the batch committed.
-fn run_batch(
-    conn: &mut Connection,
-    batch: &[Op],
-) -> Result<Vec<Result<Stored, WriteError>>, super::Error> {
+/// One transaction for the batch, a savepoint per job. An `Err` means nothing in the batch
+/// committed.
+fn run_batch(conn: &mut Connection, jobs: &mut [Box<dyn Job>]) -> Result<(), super::Error> {
     let now = clock::iso_now();
     let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let mut outcomes = Vec::with_capacity(batch.len());
-    for op in batch {
-        let Op::Ingest(event, _) = op else { continue };
+    for job in jobs.iter_mut() {
         let sp = tx.savepoint()?;
-        match store_one(&sp, event, &now) {
-            Ok(stored) => {
-                sp.commit()?;
-                outcomes.push(Ok(stored));
-            }
+        match job.run(&sp, &now) {
+            Ok(()) => sp.commit()?,
             Err(e) => {
                 // Dropping the savepoint rolls back to it.
                 drop(sp);
                 // A full disk or an I/O error fails the batch and retires the connection.
-                // SQLite may also have rolled the whole transaction back; carrying on
-                // would then run the rest in autocommit, one event at a time.
+                // SQLite may also have rolled the whole transaction back; carrying on would
+                // then run the rest in autocommit, one job at a time.
                 if is_storage_error(&e) || tx.is_autocommit() {
                     return Err(e.into());
                 }
-                tracing::error!(error = %e, source = %event.source, event_id = %event.event_id,
-                    "storing one event failed; it is answered 503, the rest of its batch goes on");
-                outcomes.push(Err(WriteError::CommitFailed(e.to_string())));
+                tracing::error!(error = %e, "one write failed; it is refused, the rest of its batch goes on");
+                job.fail(WriteError::CommitFailed(e.to_string()));
             }
         }
     }
     tx.commit()?;
-    Ok(outcomes)
+    Ok(())
 }
 
 /// Errors that say the storage itself failed, as opposed to one statement.
@@ -334,83 +379,4 @@ fn is_storage_error(e: &rusqlite::Error) -> bool {
                 | OutOfMemory
         )
     )
-}
-
-fn store_one(conn: &Connection, e: &NewEvent, now: &str) -> rusqlite::Result<Stored> {
-    // Valid UTF-8 is bound as TEXT so that `sqlite3` shows it; the bytes are the same.
-    let text = if e.body_is_text {
-        std::str::from_utf8(&e.body).ok()
-    } else {
-        None
-    };
-    let raw: &[u8] = &e.body;
-    let body: &dyn rusqlite::ToSql = match &text {
-        Some(t) => t,
-        None => &raw,
-    };
-    let provider_time = e.provider_time.map(clock::iso_from_unix);
-    let inserted: Option<i64> = conn
-        .prepare_cached(
-            "INSERT INTO events (source, account, event_id, sha256, size, body, headers,
-                                 event_type, provider_time, received_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
-             ON CONFLICT (source, account, event_id) DO NOTHING
-             RETURNING id",
-        )?
-        .query_row(
-            params![
-                &*e.source,
-                &*e.account,
-                e.event_id,
-                e.sha256_hex,
-                e.body.len() as i64,
-                body,
-                e.headers,
-                e.event_type,
-                provider_time,
-                now
-            ],
-            |r| r.get(0),
-        )
-        .optional()?;
-    if let Some(id) = inserted {
-        let mut insert = conn.prepare_cached(
-            "INSERT INTO deliveries (event, target, idempotency_key, next_attempt_at, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?4, ?4)",
-        )?;
-        for (target, key) in &e.deliveries {
-            insert.execute(params![id, target, key, now])?;
-        }
-        return Ok(Stored::New);
-    }
-    let (original, original_sha): (i64, String) = conn
-        .prepare_cached(
-            "SELECT id, sha256 FROM events WHERE source = ?1 AND account = ?2 AND event_id = ?3",
-        )?
-        .query_row(params![&*e.source, &*e.account, e.event_id], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })?;
-    if original_sha == e.sha256_hex {
-        return Ok(Stored::Duplicate);
-    }
-    conn.prepare_cached(
-        "INSERT INTO conflicts (event, source, account, event_id, original_sha256, sha256, size,
-                                body, headers, received_at, last_seen_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)
-         ON CONFLICT (source, account, event_id, sha256)
-         DO UPDATE SET seen = seen + 1, last_seen_at = excluded.last_seen_at",
-    )?
-    .execute(params![
-        original,
-        &*e.source,
-        &*e.account,
-        e.event_id,
-        original_sha,
-        e.sha256_hex,
-        e.body.len() as i64,
-        body,
-        e.headers,
-        now
-    ])?;
-    Ok(Stored::Conflict)
 }

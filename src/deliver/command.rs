@@ -1,0 +1,143 @@
+//! Command targets: a program run without a shell, the raw body on its stdin, the metadata
+//! in environment variables, and nothing else of hookinbox's environment (no secret leaks to
+//! the child).
+//!
+//! Exit 0 means delivered; any other exit, a signal or the timeout means "try again". On the
+//! timeout the whole process group is killed, so a shell script's children go too.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::Command;
+
+use super::{Attempt, Result_, Verdict};
+
+/// The PATH a command gets: the system's directories, nothing from hookinbox's environment.
+pub const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/// Bytes of stdout and of stderr kept with the attempt.
+pub const OUTPUT_LIMIT: usize = 4096;
+/// After the program exits, how long to wait for its output pipes to close (a background
+/// child of it may hold them open).
+const OUTPUT_GRACE: Duration = Duration::from_millis(500);
+
+/// Kills the process group when dropped, unless disarmed: an attempt abandoned at shutdown
+/// must not leave its command running.
+struct Group(Option<i32>);
+
+impl Group {
+    fn kill(&mut self) {
+        if let Some(pgid) = self.0.take() {
+            let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+        }
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub async fn run(argv: &[String], timeout: Duration, a: &Attempt<'_>) -> Result_ {
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .env_clear()
+        .env("PATH", PATH)
+        .env("HOOKINBOX_IDEMPOTENCY_KEY", a.idempotency_key)
+        .env("HOOKINBOX_EVENT_ID", a.event_id)
+        .env("HOOKINBOX_SOURCE", a.source)
+        .env("HOOKINBOX_TARGET", a.target)
+        .env("HOOKINBOX_ATTEMPT", a.attempt.to_string())
+        .env("HOOKINBOX_RECEIVED_AT", a.received_at)
+        .env("HOOKINBOX_HEADERS", a.headers_json)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    if let Some(t) = a.event_type {
+        cmd.env("HOOKINBOX_EVENT_TYPE", t);
+    }
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => return Result_::failed(format!("cannot start {:?}: {e}", argv[0])),
+    };
+    let mut group = Group(child.id().and_then(|id| i32::try_from(id).ok()));
+
+    // stdin is written while the outputs are read: a child that fills its stdout pipe before
+    // reading all of stdin would otherwise deadlock with us.
+    let mut stdin = child.stdin.take().expect("stdin is piped");
+    let body = a.body.to_vec();
+    let writer = tokio::spawn(async move {
+        // A child that ignores stdin closes it early: EPIPE is not an error here.
+        let _ = stdin.write_all(&body).await;
+    });
+    let stdout = tokio::spawn(read_bounded(child.stdout.take().expect("stdout is piped")));
+    let stderr = tokio::spawn(read_bounded(child.stderr.take().expect("stderr is piped")));
+
+    let (verdict, status, error) = match tokio::time::timeout(timeout, child.wait()).await {
+        Ok(Ok(exit)) => match exit.code() {
+            Some(0) => (Verdict::Delivered, Some(0), None),
+            Some(code) => (Verdict::Retry { after: None }, Some(i64::from(code)), Some(format!("exited with status {code}"))),
+            None => (Verdict::Retry { after: None }, None, Some(format!("ended by a signal ({exit})"))),
+        },
+        Ok(Err(e)) => (Verdict::Retry { after: None }, None, Some(format!("waiting for the command: {e}"))),
+        Err(_) => {
+            group.kill();
+            let _ = child.wait().await;
+            (
+                Verdict::Retry { after: None },
+                None,
+                Some(format!("timed out after {timeout:?}; its process group was killed")),
+            )
+        }
+    };
+    writer.abort();
+    let grace = tokio::time::sleep(OUTPUT_GRACE);
+    tokio::pin!(grace);
+    let mut out = String::new();
+    for (name, task) in [("stdout", stdout), ("stderr", stderr)] {
+        let abort = task.abort_handle();
+        let text = tokio::select! {
+            r = task => r.ok(),
+            () = &mut grace => { abort.abort(); None }
+        };
+        if let Some(text) = text.filter(|t| !t.is_empty()) {
+            out.push_str(&format!("{name}:\n{text}\n"));
+        }
+    }
+    // The program itself has ended; what is left of its group is not ours to kill.
+    group.0 = None;
+    Result_ {
+        verdict,
+        status,
+        error,
+        output: (!out.is_empty()).then_some(out),
+    }
+}
+
+/// Reads everything (so the child never blocks on a full pipe) and keeps the first
+/// [`OUTPUT_LIMIT`] bytes.
+async fn read_bounded(mut r: impl AsyncRead + Unpin) -> String {
+    let mut kept = Vec::new();
+    let mut buf = [0u8; 4096];
+    let mut truncated = false;
+    loop {
+        match r.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                let room = OUTPUT_LIMIT.saturating_sub(kept.len());
+                kept.extend_from_slice(&buf[..n.min(room)]);
+                truncated |= n > room;
+            }
+        }
+    }
+    let mut text = String::from_utf8_lossy(&kept).into_owned();
+    if truncated {
+        text.push_str("…(truncated)");
+    }
+    text
+}

@@ -1,0 +1,162 @@
+//! URL targets: an HTTP POST of the exact raw body with the provider's headers, the
+//! idempotency key and hookinbox's own headers.
+//!
+//! reqwest with rustls on ring; no proxy from the environment (a stray `HTTP_PROXY` on a VM
+//! would silently reroute local forwarding); redirects are never followed (a 3xx is a
+//! failure, as in Standard Webhooks); connect and total timeouts.
+
+use std::time::{Duration, SystemTime};
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+
+use super::{Attempt, Result_, Verdict, backoff};
+use crate::scheme::standard_webhooks;
+
+/// At most this long to connect, within the target's total timeout.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Bytes of a response body kept with the attempt, for the operator.
+pub const OUTPUT_LIMIT: usize = 2048;
+
+/// Request headers that are not forwarded: hop-by-hop headers, what the client sets itself,
+/// and the headers hookinbox sets.
+const NOT_FORWARDED: [&str; 13] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "expect",
+    "host",
+    "content-length",
+    "idempotency-key",
+    "x-hookinbox-event-id",
+    "x-hookinbox-attempt",
+];
+
+/// Replaced by hookinbox's own signature when the target has a `sign_secret`.
+const STANDARD_WEBHOOKS_HEADERS: [&str; 6] = [
+    "webhook-id",
+    "webhook-timestamp",
+    "webhook-signature",
+    "svix-id",
+    "svix-timestamp",
+    "svix-signature",
+];
+
+pub struct UrlTarget {
+    client: reqwest::Client,
+    url: reqwest::Url,
+    /// The key of the target's `sign_secret`.
+    sign_key: Option<ring::hmac::Key>,
+}
+
+impl UrlTarget {
+    pub fn new(url: &str, timeout: Duration, sign_key: Option<ring::hmac::Key>) -> anyhow::Result<UrlTarget> {
+        let client = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(CONNECT_TIMEOUT.min(timeout))
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .user_agent(concat!("hookinbox/", env!("CARGO_PKG_VERSION")))
+            .build()?;
+        Ok(UrlTarget {
+            client,
+            url: reqwest::Url::parse(url)?,
+            sign_key,
+        })
+    }
+
+    pub async fn send(&self, a: &Attempt<'_>) -> Result_ {
+        let mut headers = HeaderMap::new();
+        for (name, value) in a.headers {
+            let lower = name.to_ascii_lowercase();
+            if NOT_FORWARDED.contains(&lower.as_str())
+                || lower.starts_with("x-hookinbox-")
+                || (self.sign_key.is_some() && STANDARD_WEBHOOKS_HEADERS.contains(&lower.as_str()))
+            {
+                continue;
+            }
+            if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value)) {
+                headers.append(n, v);
+            }
+        }
+        let mut put = |name: &'static str, value: &str| {
+            if let Ok(v) = HeaderValue::from_str(value) {
+                headers.insert(HeaderName::from_static(name), v);
+            }
+        };
+        put("idempotency-key", a.idempotency_key);
+        put("x-hookinbox-event-id", a.event_id);
+        put("x-hookinbox-source", a.source);
+        put("x-hookinbox-attempt", &a.attempt.to_string());
+        if let Some(key) = &self.sign_key {
+            // The app verifies hookinbox with any Standard Webhooks library; the message id
+            // is the idempotency key, stable across attempts.
+            let now = crate::clock::unix_now();
+            put("webhook-id", a.idempotency_key);
+            put("webhook-timestamp", &now.to_string());
+            put(
+                "webhook-signature",
+                &standard_webhooks::signature(key, a.idempotency_key, now, a.body),
+            );
+        }
+        let response = self
+            .client
+            .post(self.url.clone())
+            .headers(headers)
+            .body(a.body.to_vec())
+            .send()
+            .await;
+        let mut response = match response {
+            Ok(r) => r,
+            Err(e) => return Result_::failed(describe(&e)),
+        };
+        let status = response.status();
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| backoff::retry_after(v, SystemTime::now()));
+        // Keep the start of the answer; the rest is read and dropped, within the timeout.
+        let mut output = Vec::new();
+        while let Ok(Some(chunk)) = response.chunk().await {
+            let room = OUTPUT_LIMIT.saturating_sub(output.len());
+            output.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        }
+        let verdict = match status.as_u16() {
+            200..=299 => Verdict::Delivered,
+            // The target says this event will never be accepted (Standard Webhooks).
+            410 => Verdict::Gone,
+            429 | 503 => Verdict::Retry { after: retry_after },
+            _ => Verdict::Retry { after: None },
+        };
+        let error = match &verdict {
+            Verdict::Delivered => None,
+            _ if status.is_redirection() => Some(format!("answered {status} (redirects are not followed)")),
+            _ => Some(format!("answered {status}")),
+        };
+        Result_ {
+            verdict,
+            status: Some(i64::from(status.as_u16())),
+            error,
+            output: (!output.is_empty()).then(|| String::from_utf8_lossy(&output).into_owned()),
+        }
+    }
+}
+
+/// A reqwest error with its causes, and timeouts named as such.
+fn describe(e: &reqwest::Error) -> String {
+    if e.is_timeout() {
+        return "timed out (no complete answer within the target's timeout)".into();
+    }
+    let mut text = if e.is_connect() { "connection failed".to_owned() } else { "request failed".to_owned() };
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

@@ -1,0 +1,424 @@
+//! The delivery worker: forwards each stored event to its source's targets, under one
+//! idempotency key, until each target accepts it or its schedule runs out.
+//!
+//! Invariant: a delivery is only ever marked `delivered` after its target accepted it, and
+//! a crash at any moment leaves it claimable again (its lease expires), so the worst case is
+//! a redelivery with the same key, never a lost event. All writes go through the writer.
+//!
+//! One task per target claims due deliveries (up to its concurrency) and runs each attempt
+//! in a task of its own; one failing target never holds back another, because each has its
+//! own rows, claims and tasks. A sweeper returns expired leases to the queue.
+
+pub mod backoff;
+pub mod command;
+pub mod http;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinSet;
+
+use crate::clock;
+use crate::config::{Source, Target, TargetKind};
+use crate::metrics::{AttemptLabels, Metrics};
+use crate::store::queue::{self, ClaimRequest, Claimed, EventData, Finished, Next};
+use crate::store::read;
+use crate::store::writer::Writer;
+
+/// How long a target's task sleeps at most before looking for due work again, when nothing
+/// woke it (a retry coming due is found by its time; this catches the rest).
+pub const IDLE_POLL: Duration = Duration::from_secs(1);
+/// On shutdown, how long attempts in flight may take to finish and be recorded; the rest are
+/// abandoned to their lease and retried after a restart.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pause after the writer refused a claim (the inbox is failing), so the loop does not spin.
+const CLAIM_BACKOFF: Duration = Duration::from_secs(1);
+
+/// Wakes a source's target tasks when a new event was committed, so delivery starts at
+/// once instead of at the next poll.
+#[derive(Clone, Default)]
+pub struct Wakeups(Arc<HashMap<String, Vec<Arc<Notify>>>>);
+
+impl Wakeups {
+    pub fn wake(&self, source: &str) {
+        for n in self.0.get(source).into_iter().flatten() {
+            n.notify_one();
+        }
+    }
+
+    fn wake_all(&self) {
+        for n in self.0.values().flatten() {
+            n.notify_one();
+        }
+    }
+}
+
+/// What one attempt sees.
+pub struct Attempt<'a> {
+    pub source: &'a str,
+    pub target: &'a str,
+    pub event_id: &'a str,
+    pub event_type: Option<&'a str>,
+    pub received_at: &'a str,
+    pub idempotency_key: &'a str,
+    pub attempt: u32,
+    pub body: &'a [u8],
+    /// The stored provider headers.
+    pub headers: &'a [(String, String)],
+    /// The same, as stored (JSON), for command targets.
+    pub headers_json: &'a str,
+}
+
+/// What the target said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Delivered,
+    /// Try again, no sooner than `after` if the target said so (`Retry-After`).
+    Retry { after: Option<Duration> },
+    /// The target will never take this event (HTTP 410).
+    Gone,
+}
+
+/// One attempt's result, before it is turned into the delivery's next state.
+#[derive(Debug, Clone)]
+pub struct Result_ {
+    pub verdict: Verdict,
+    pub status: Option<i64>,
+    pub error: Option<String>,
+    pub output: Option<String>,
+}
+
+impl Result_ {
+    /// A failure before any answer: connection refused, timeout, cannot start.
+    pub fn failed(error: String) -> Result_ {
+        Result_ {
+            verdict: Verdict::Retry { after: None },
+            status: None,
+            error: Some(error),
+            output: None,
+        }
+    }
+}
+
+enum Sender {
+    Url(Box<http::UrlTarget>),
+    Command(Vec<String>),
+}
+
+/// One configured target, ready to send.
+struct TargetRun {
+    source: String,
+    name: String,
+    timeout: Duration,
+    retry: Vec<Duration>,
+    concurrency: usize,
+    lease: Duration,
+    sender: Sender,
+}
+
+impl TargetRun {
+    fn new(source: &Source, t: &Target) -> anyhow::Result<TargetRun> {
+        let sender = match &t.kind {
+            TargetKind::Url(url) => {
+                let key = t
+                    .sign_secret
+                    .as_ref()
+                    .map(|s| crate::scheme::standard_webhooks::decode_secret(s).map_err(anyhow::Error::msg))
+                    .transpose()?
+                    .map(|bytes| ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &bytes));
+                Sender::Url(Box::new(http::UrlTarget::new(url, t.timeout, key)?))
+            }
+            TargetKind::Command(argv) => Sender::Command(argv.clone()),
+        };
+        Ok(TargetRun {
+            source: source.name.clone(),
+            name: t.name.clone(),
+            timeout: t.timeout,
+            retry: t.retry.clone(),
+            concurrency: t.concurrency,
+            lease: t.lease,
+            sender,
+        })
+    }
+
+    fn max_attempts(&self) -> u32 {
+        u32::try_from(self.retry.len()).unwrap_or(u32::MAX - 1) + 1
+    }
+}
+
+/// Everything an attempt task needs.
+#[derive(Clone)]
+struct Shared {
+    writer: Writer,
+    readers: read::Pool,
+    metrics: Arc<Metrics>,
+}
+
+/// The running worker.
+pub struct Deliverer {
+    stop: watch::Sender<bool>,
+    tasks: JoinSet<()>,
+}
+
+impl Deliverer {
+    /// Starts one task per target and the sweeper. Returns the wake-ups for the receiver.
+    pub fn start(
+        sources: &[Arc<Source>],
+        writer: Writer,
+        readers: read::Pool,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<(Deliverer, Wakeups)> {
+        let (stop, stopped) = watch::channel(false);
+        let shared = Shared {
+            writer,
+            readers,
+            metrics,
+        };
+        let mut runs = Vec::new();
+        let mut wakeups: HashMap<String, Vec<Arc<Notify>>> = HashMap::new();
+        for source in sources {
+            for target in &source.targets {
+                let notify = Arc::new(Notify::new());
+                wakeups.entry(source.name.clone()).or_default().push(notify.clone());
+                runs.push((Arc::new(TargetRun::new(source, target)?), notify));
+            }
+        }
+        let wakeups = Wakeups(Arc::new(wakeups));
+        let shortest_lease = runs.iter().map(|(t, _)| t.lease).min();
+        let mut tasks = JoinSet::new();
+        for (target, notify) in runs {
+            tasks.spawn(run_target(target, shared.clone(), notify, stopped.clone()));
+        }
+        if let Some(lease) = shortest_lease {
+            tasks.spawn(sweeper(lease, shared, wakeups.clone(), stopped));
+        }
+        Ok((Deliverer { stop, tasks }, wakeups))
+    }
+
+    /// Stops claiming, lets attempts in flight finish and be recorded (up to
+    /// [`DRAIN_TIMEOUT`]), then abandons the rest to their leases.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        while self.tasks.join_next().await.is_some() {}
+    }
+}
+
+/// How often expired leases are looked for: half the shortest lease, within bounds.
+fn sweep_interval(shortest_lease: Duration) -> Duration {
+    (shortest_lease / 2).clamp(Duration::from_millis(500), Duration::from_secs(30))
+}
+
+async fn sweeper(lease: Duration, shared: Shared, wakeups: Wakeups, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(sweep_interval(lease));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        match shared.writer.sweep().await {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::warn!(deliveries = n, "leases expired (an attempt never finished); queued again under the same keys");
+                wakeups.wake_all();
+            }
+            Err(e) => tracing::warn!(error = %e, "sweeping expired leases failed; will try again"),
+        }
+    }
+}
+
+/// One target's loop: claim what is due (up to the free concurrency), start an attempt
+/// task per claim, sleep until something is due, a new event arrives or an attempt ends.
+async fn run_target(t: Arc<TargetRun>, shared: Shared, wake: Arc<Notify>, mut stop: watch::Receiver<bool>) {
+    let mut inflight = JoinSet::new();
+    while !*stop.borrow() {
+        let free = t.concurrency.saturating_sub(inflight.len());
+        let mut wait = IDLE_POLL;
+        if free > 0 {
+            let due = next_due(&shared.readers, &t).await;
+            let now = SystemTime::now();
+            match due {
+                Some(at) if at <= now => {
+                    let request = ClaimRequest {
+                        source: t.source.clone(),
+                        target: t.name.clone(),
+                        limit: free,
+                        lease: t.lease,
+                        max_attempts: t.max_attempts(),
+                    };
+                    match shared.writer.claim(request).await {
+                        Ok(claims) => {
+                            let all = claims.len() == free;
+                            for c in claims {
+                                inflight.spawn(attempt(t.clone(), c, shared.clone()));
+                            }
+                            if all {
+                                // There may be more due: look again at once.
+                                wait = Duration::ZERO;
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(source = %t.source, target = %t.name, error = %e, "claiming deliveries failed");
+                            wait = CLAIM_BACKOFF;
+                        }
+                    }
+                }
+                Some(at) => wait = at.duration_since(now).unwrap_or_default().min(IDLE_POLL),
+                None => {}
+            }
+        }
+        if wait.is_zero() {
+            continue;
+        }
+        tokio::select! {
+            () = wake.notified() => {}
+            Some(_) = inflight.join_next(), if !inflight.is_empty() => {}
+            () = tokio::time::sleep(wait) => {}
+            _ = stop.changed() => {}
+        }
+    }
+    // Draining: attempts in flight may finish and record their result; the rest are dropped
+    // (a command's process group is killed) and their leases bring them back after a
+    // restart.
+    let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
+        while inflight.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(source = %t.source, target = %t.name, abandoned = inflight.len(),
+            "attempts still running after {DRAIN_TIMEOUT:?}; they will be retried after their lease");
+        inflight.abort_all();
+    }
+}
+
+/// When the target's next pending delivery is due, read from the inbox.
+async fn next_due(readers: &read::Pool, t: &TargetRun) -> Option<SystemTime> {
+    let (pool, source, target) = (readers.clone(), t.source.clone(), t.name.clone());
+    let due = tokio::task::spawn_blocking(move || {
+        let conn = pool.get().map_err(|e| e.to_string())?;
+        queue::next_due(&conn, &source, &target).map_err(|e| e.to_string())
+    })
+    .await;
+    match due {
+        Ok(Ok(Some(text))) => humantime::parse_rfc3339(&text).ok(),
+        Ok(Ok(None)) => None,
+        Ok(Err(e)) => {
+            tracing::warn!(source = %t.source, target = %t.name, error = %e, "reading the delivery queue");
+            None
+        }
+        Err(_) => None,
+    }
+}
+
+async fn load_event(readers: &read::Pool, id: i64) -> Result<Option<EventData>, String> {
+    let pool = readers.clone();
+    tokio::task::spawn_blocking(move || {
+        let conn = pool.get().map_err(|e| e.to_string())?;
+        queue::event(&conn, id).map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}
+
+/// One attempt: load the event, send it, decide what is next, record it.
+async fn attempt(t: Arc<TargetRun>, c: Claimed, shared: Shared) {
+    let started_at = clock::iso_now();
+    let started = Instant::now();
+    let (result, event_id) = match load_event(&shared.readers, c.event).await {
+        Ok(Some(event)) => {
+            let result = send(&t, &c, &event).await;
+            (result, event.event_id)
+        }
+        Ok(None) => (
+            Result_ {
+                verdict: Verdict::Gone,
+                status: None,
+                error: Some("the event is no longer in the inbox".into()),
+                output: None,
+            },
+            "-".into(),
+        ),
+        Err(e) => (Result_::failed(format!("reading the event: {e}")), "-".into()),
+    };
+    let next = decide(&t, c.attempt, &result);
+    let duration_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
+    shared
+        .metrics
+        .attempts
+        .get_or_create(&AttemptLabels {
+            source: t.source.clone(),
+            target: t.name.clone(),
+            result: next.word(),
+        })
+        .inc();
+    let error = result.error.as_deref().unwrap_or("");
+    match &next {
+        Next::Delivered => tracing::info!(source = %t.source, target = %t.name, event_id, attempt = c.attempt,
+            status = result.status, duration_ms, "delivered"),
+        Next::Retry(at) => tracing::info!(source = %t.source, target = %t.name, event_id, attempt = c.attempt,
+            status = result.status, duration_ms, error, next_attempt_at = %at, "attempt failed; will retry"),
+        Next::Dead => tracing::warn!(source = %t.source, target = %t.name, event_id, attempt = c.attempt,
+            status = result.status, duration_ms, error, "delivery is dead; replay it once the target is fixed"),
+    }
+    let finished = Finished {
+        delivery: c.delivery,
+        attempt: c.attempt,
+        started_at,
+        duration_ms,
+        next,
+        status: result.status,
+        error: result.error,
+        output: result.output,
+    };
+    if let Err(e) = shared.writer.finish(finished).await {
+        // The lease will expire and the delivery will be tried again under the same key.
+        tracing::warn!(source = %t.source, target = %t.name, event_id, error = %e,
+            "recording the attempt failed; the delivery will be retried after its lease");
+    }
+}
+
+async fn send(t: &TargetRun, c: &Claimed, event: &EventData) -> Result_ {
+    let Some(body) = &event.body else {
+        return Result_ {
+            verdict: Verdict::Gone,
+            status: None,
+            error: Some("the event's body was pruned by retention before it was delivered".into()),
+            output: None,
+        };
+    };
+    let headers_json = event.headers.as_deref().unwrap_or("[]");
+    let headers: Vec<(String, String)> = serde_json::from_str(headers_json).unwrap_or_default();
+    let a = Attempt {
+        source: &event.source,
+        target: &t.name,
+        event_id: &event.event_id,
+        event_type: event.event_type.as_deref(),
+        received_at: &event.received_at,
+        idempotency_key: &c.idempotency_key,
+        attempt: c.attempt,
+        body,
+        headers: &headers,
+        headers_json,
+    };
+    match &t.sender {
+        Sender::Url(target) => target.send(&a).await,
+        Sender::Command(argv) => command::run(argv, t.timeout, &a).await,
+    }
+}
+
+/// The delivery's next state after an attempt.
+fn decide(t: &TargetRun, attempt: u32, r: &Result_) -> Next {
+    match r.verdict {
+        Verdict::Delivered => Next::Delivered,
+        Verdict::Gone => Next::Dead,
+        Verdict::Retry { after } => match backoff::delay(&t.retry, attempt, backoff::unit_random()) {
+            None => Next::Dead,
+            Some(wait) => {
+                let wait = after.map_or(wait, |a| a.max(wait));
+                Next::Retry(clock::iso(SystemTime::now() + wait))
+            }
+        },
+    }
+}

@@ -1,0 +1,126 @@
+//! Storing one verified event: the event row and its delivery rows, or a duplicate, or a
+//! conflict. Runs on the writer thread, inside the batch's transaction.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::clock;
+
+/// An event, verified and ready to store, with everything computed off the writer thread.
+#[derive(Debug)]
+pub struct NewEvent {
+    pub source: Arc<str>,
+    pub account: Arc<str>,
+    pub event_id: String,
+    pub sha256_hex: String,
+    pub body: Bytes,
+    /// Whether `body` is valid UTF-8 and so is stored as TEXT.
+    pub body_is_text: bool,
+    /// JSON `[[name, value], …]`.
+    pub headers: String,
+    pub event_type: Option<String>,
+    /// Unix seconds.
+    pub provider_time: Option<i64>,
+    /// (target name, idempotency key), one delivery row each.
+    pub deliveries: Vec<(String, String)>,
+    /// With ordering on: the event's order key and version.
+    pub order: Option<(String, rusqlite::types::Value)>,
+}
+
+/// What the store did with an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stored {
+    /// Committed for the first time.
+    New,
+    /// Same identity and same bytes as an event already stored: nothing written.
+    Duplicate,
+    /// Same identity, different bytes: quarantined in `conflicts`; the original untouched.
+    Conflict,
+}
+
+/// Stores `e`; `now` is the batch's commit time as inbox text.
+pub fn store(conn: &Connection, e: &NewEvent, now: &str) -> rusqlite::Result<Stored> {
+    // Valid UTF-8 is bound as TEXT so that `sqlite3` shows it; the bytes are the same.
+    let text = if e.body_is_text {
+        std::str::from_utf8(&e.body).ok()
+    } else {
+        None
+    };
+    let raw: &[u8] = &e.body;
+    let body: &dyn rusqlite::ToSql = match &text {
+        Some(t) => t,
+        None => &raw,
+    };
+    let provider_time = e.provider_time.map(clock::iso_from_unix);
+    let inserted: Option<i64> = conn
+        .prepare_cached(
+            "INSERT INTO events (source, account, event_id, sha256, size, body, headers,
+                                 event_type, provider_time, received_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+             ON CONFLICT (source, account, event_id) DO NOTHING
+             RETURNING id",
+        )?
+        .query_row(
+            params![
+                &*e.source,
+                &*e.account,
+                e.event_id,
+                e.sha256_hex,
+                e.body.len() as i64,
+                body,
+                e.headers,
+                e.event_type,
+                provider_time,
+                now
+            ],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if let Some(id) = inserted {
+        let mut insert = conn.prepare_cached(
+            "INSERT INTO deliveries (event, source, target, idempotency_key, order_key,
+                                     order_version, next_attempt_at, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?7)",
+        )?;
+        let (order_key, order_version) = match &e.order {
+            Some((key, version)) => (Some(key.as_str()), Some(version)),
+            None => (None, None),
+        };
+        for (target, key) in &e.deliveries {
+            insert.execute(params![id, &*e.source, target, key, order_key, order_version, now])?;
+        }
+        return Ok(Stored::New);
+    }
+    let (original, original_sha): (i64, String) = conn
+        .prepare_cached(
+            "SELECT id, sha256 FROM events WHERE source = ?1 AND account = ?2 AND event_id = ?3",
+        )?
+        .query_row(params![&*e.source, &*e.account, e.event_id], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?;
+    if original_sha == e.sha256_hex {
+        return Ok(Stored::Duplicate);
+    }
+    conn.prepare_cached(
+        "INSERT INTO conflicts (event, source, account, event_id, original_sha256, sha256, size,
+                                body, headers, received_at, last_seen_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)
+         ON CONFLICT (source, account, event_id, sha256)
+         DO UPDATE SET seen = seen + 1, last_seen_at = excluded.last_seen_at",
+    )?
+    .execute(params![
+        original,
+        &*e.source,
+        &*e.account,
+        e.event_id,
+        original_sha,
+        e.sha256_hex,
+        e.body.len() as i64,
+        body,
+        e.headers,
+        now
+    ])?;
+    Ok(Stored::Conflict)
+}

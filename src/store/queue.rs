@@ -1,0 +1,244 @@
+//! The delivery queue in the `deliveries` table: claim with a lease, record an attempt,
+//! sweep expired leases. The writing functions run on the writer thread inside its batch
+//! transaction; the reading ones run on read-only connections.
+//!
+//! States: `pending` (due at `next_attempt_at`) → `in_flight` (claimed until `lease_until`)
+//! → `delivered` | `pending` again (a retry) | `dead`; with ordering, `pending` →
+//! `superseded` when a newer version of its key was already delivered. The attempt number
+//! is counted at claim, so an attempt cut short by a crash still counts, and a delivery
+//! that crashes the process every time still reaches `dead`.
+
+use std::time::{Duration, SystemTime};
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::clock;
+
+/// What a target's worker asks for.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest {
+    pub source: String,
+    pub target: String,
+    /// How many deliveries it can start now.
+    pub limit: usize,
+    pub lease: Duration,
+    /// After this many attempts the delivery is dead (the schedule's length plus one).
+    pub max_attempts: u32,
+}
+
+/// One claimed delivery, ready for an attempt.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub delivery: i64,
+    pub event: i64,
+    /// 1 for the first attempt.
+    pub attempt: u32,
+    pub idempotency_key: String,
+}
+
+/// How an attempt ended, as the delivery's next state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next {
+    Delivered,
+    /// Try again at this time (inbox text).
+    Retry(String),
+    Dead,
+}
+
+impl Next {
+    /// The word stored in `attempts.outcome`.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Next::Delivered => "delivered",
+            Next::Retry(_) => "retry",
+            Next::Dead => "dead",
+        }
+    }
+}
+
+/// One finished attempt.
+#[derive(Debug, Clone)]
+pub struct Finished {
+    pub delivery: i64,
+    pub attempt: u32,
+    pub started_at: String,
+    pub duration_ms: i64,
+    pub next: Next,
+    /// The HTTP status or the command's exit code.
+    pub status: Option<i64>,
+    pub error: Option<String>,
+    pub output: Option<String>,
+}
+
+/// Claims up to `limit` due deliveries of one target: one `UPDATE … RETURNING` that marks
+/// them in flight, counts the attempt and sets the lease.
+///
+/// With ordering, a delivery is claimable only when no other delivery of its key is in
+/// flight and none with a lower version (or the same version and a lower id) is pending,
+/// so one key goes one at a time in version order while other keys proceed. Before that,
+/// pending deliveries whose version is not newer than the last delivered one of their key
+/// become `superseded`.
+pub fn claim(conn: &Connection, req: &ClaimRequest, now: &str) -> rusqlite::Result<Vec<Claimed>> {
+    conn.prepare_cached(
+        "UPDATE deliveries
+            SET state = 'superseded', updated_at = ?3,
+                last_error = 'superseded: a version at least as new was already delivered'
+          WHERE source = ?1 AND target = ?2 AND state = 'pending' AND order_key IS NOT NULL
+            AND EXISTS (SELECT 1 FROM order_keys k
+                         WHERE k.source = deliveries.source AND k.target = deliveries.target
+                           AND k.order_key = deliveries.order_key
+                           AND k.last_version >= deliveries.order_version)",
+    )?
+    .execute(params![req.source, req.target, now])?;
+
+    let lease_until = clock::iso(SystemTime::now() + req.lease);
+    let claimed: Vec<Claimed> = conn
+        .prepare_cached(
+            "UPDATE deliveries
+                SET state = 'in_flight', attempts = attempts + 1, lease_until = ?4, updated_at = ?3
+              WHERE id IN (
+                    SELECT d.id FROM deliveries d
+                     WHERE d.source = ?1 AND d.target = ?2 AND d.state = 'pending'
+                       AND d.next_attempt_at <= ?3
+                       AND (d.order_key IS NULL OR NOT EXISTS (
+                            SELECT 1 FROM deliveries o
+                             WHERE o.source = d.source AND o.target = d.target
+                               AND o.order_key = d.order_key AND o.id <> d.id
+                               AND (o.state = 'in_flight'
+                                    OR (o.state = 'pending'
+                                        AND (o.order_version < d.order_version
+                                             OR (o.order_version = d.order_version
+                                                 AND o.id < d.id))))))
+                     ORDER BY d.next_attempt_at, d.id
+                     LIMIT ?5)
+             RETURNING id, event, attempts, idempotency_key",
+        )?
+        .query_map(
+            params![req.source, req.target, now, lease_until, req.limit as i64],
+            |r| {
+                Ok(Claimed {
+                    delivery: r.get(0)?,
+                    event: r.get(1)?,
+                    attempt: r.get(2)?,
+                    idempotency_key: r.get(3)?,
+                })
+            },
+        )?
+        .collect::<rusqlite::Result<_>>()?;
+
+    // An attempt beyond the schedule can only come from a lease that expired on the last
+    // attempt (a crash, every time): give up rather than loop forever.
+    let (exhausted, ready): (Vec<Claimed>, Vec<Claimed>) = claimed
+        .into_iter()
+        .partition(|c| c.attempt > req.max_attempts);
+    for c in exhausted {
+        conn.prepare_cached(
+            "UPDATE deliveries SET state = 'dead', lease_until = NULL, updated_at = ?2,
+                    last_error = 'gave up: the last attempt never finished (its lease expired)'
+              WHERE id = ?1",
+        )?
+        .execute(params![c.delivery, now])?;
+    }
+    Ok(ready)
+}
+
+/// Records an attempt and moves its delivery to the next state. Returns false when the
+/// delivery had meanwhile been claimed again (this attempt's lease expired): the attempt is
+/// still recorded, but the newer claim decides the state.
+pub fn finish(conn: &Connection, f: &Finished, now: &str) -> rusqlite::Result<bool> {
+    conn.prepare_cached(
+        "INSERT INTO attempts (delivery, number, started_at, duration_ms, outcome, status, error, output)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?
+    .execute(params![
+        f.delivery,
+        f.attempt,
+        f.started_at,
+        f.duration_ms,
+        f.next.word(),
+        f.status,
+        f.error,
+        f.output
+    ])?;
+    let (state, next_at) = match &f.next {
+        Next::Delivered => ("delivered", None),
+        Next::Retry(at) => ("pending", Some(at.as_str())),
+        Next::Dead => ("dead", None),
+    };
+    // The attempt still owns the delivery if nothing claimed it since. A successful attempt
+    // whose lease expired also settles a delivery that the sweeper returned to the queue
+    // but nobody claimed yet.
+    let changed = conn
+        .prepare_cached(
+            "UPDATE deliveries
+                SET state = ?3, next_attempt_at = coalesce(?4, next_attempt_at),
+                    lease_until = NULL, last_error = ?5, updated_at = ?6
+              WHERE id = ?1 AND attempts = ?2
+                AND (state = 'in_flight' OR (state = 'pending' AND ?3 = 'delivered'))",
+        )?
+        .execute(params![f.delivery, f.attempt, state, next_at, f.error, now])?;
+    if changed == 1 && f.next == Next::Delivered {
+        conn.prepare_cached(
+            "INSERT INTO order_keys (source, target, order_key, last_version, updated_at)
+             SELECT source, target, order_key, order_version, ?2 FROM deliveries
+              WHERE id = ?1 AND order_key IS NOT NULL
+             ON CONFLICT (source, target, order_key) DO UPDATE
+                SET last_version = max(last_version, excluded.last_version),
+                    updated_at = excluded.updated_at",
+        )?
+        .execute(params![f.delivery, now])?;
+    }
+    Ok(changed == 1)
+}
+
+/// Returns every delivery whose lease expired to the queue, due now: its attempt was cut
+/// short (hookinbox stopped or crashed) and its outcome is unknown, so it is tried again
+/// under the same idempotency key.
+pub fn sweep(conn: &Connection, now: &str) -> rusqlite::Result<usize> {
+    conn.prepare_cached(
+        "UPDATE deliveries
+            SET state = 'pending', lease_until = NULL, next_attempt_at = ?1, updated_at = ?1,
+                last_error = 'the attempt''s lease expired before its result was recorded'
+          WHERE state = 'in_flight' AND lease_until < ?1",
+    )?
+    .execute([now])
+}
+
+/// When the next pending delivery of a target is due (inbox text), if any.
+pub fn next_due(conn: &Connection, source: &str, target: &str) -> rusqlite::Result<Option<String>> {
+    conn.prepare_cached(
+        "SELECT min(next_attempt_at) FROM deliveries
+          WHERE source = ?1 AND target = ?2 AND state = 'pending'",
+    )?
+    .query_row([source, target], |r| r.get(0))
+}
+
+/// What an attempt needs to know about its event.
+#[derive(Debug, Clone)]
+pub struct EventData {
+    pub source: String,
+    pub event_id: String,
+    /// None once retention dropped it.
+    pub body: Option<Vec<u8>>,
+    /// JSON `[[name, value], …]`.
+    pub headers: Option<String>,
+    pub event_type: Option<String>,
+    pub received_at: String,
+}
+
+pub fn event(conn: &Connection, id: i64) -> rusqlite::Result<Option<EventData>> {
+    conn.prepare_cached(
+        "SELECT source, event_id, body, headers, event_type, received_at FROM events WHERE id = ?1",
+    )?
+    .query_row([id], |r| {
+        Ok(EventData {
+            source: r.get(0)?,
+            event_id: r.get(1)?,
+            body: r.get_ref(2)?.as_bytes_or_null()?.map(<[u8]>::to_vec),
+            headers: r.get(3)?,
+            event_type: r.get(4)?,
+            received_at: r.get(5)?,
+        })
+    })
+    .optional()
+}
