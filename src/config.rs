@@ -652,7 +652,9 @@ fn validate_target(rt: RawTarget, at: &str, paths: &Paths) -> Result<Target, Str
             let parsed = reqwest::Url::parse(&url)
                 .map_err(|e| format!("{at}.url {url:?} is not a URL: {e}"))?;
             if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
-                return Err(format!("{at}.url {url:?} must be http:// or https:// with a host"));
+                return Err(format!(
+                    "{at}.url {url:?} must be http:// or https:// with a host"
+                ));
             }
             TargetKind::Url(url)
         }
@@ -675,7 +677,9 @@ fn validate_target(rt: RawTarget, at: &str, paths: &Paths) -> Result<Target, Str
         return Err(format!("{at}.timeout must be more than zero"));
     }
     if rt.concurrency == 0 || rt.concurrency > MAX_CONCURRENCY {
-        return Err(format!("{at}.concurrency must be between 1 and {MAX_CONCURRENCY}"));
+        return Err(format!(
+            "{at}.concurrency must be between 1 and {MAX_CONCURRENCY}"
+        ));
     }
     if rt.timeout > MAX_TIMEOUT {
         return Err(format!("{at}.timeout must be at most 1h"));
@@ -690,6 +694,12 @@ fn validate_target(rt: RawTarget, at: &str, paths: &Paths) -> Result<Target, Str
     let retry = rt.retry.unwrap_or_else(|| DEFAULT_RETRY.to_vec());
     if retry.iter().any(|d| *d > MAX_RETRY_DELAY) {
         return Err(format!("{at}.retry: each wait must be at most 7d"));
+    }
+    if rt.sign_secret.is_some() && matches!(kind, TargetKind::Command(_)) {
+        return Err(format!(
+            "{at}.sign_secret is for url targets; a command runs locally and gets its metadata \
+             in HOOKINBOX_* variables"
+        ));
     }
     let sign_secret = match rt.sign_secret {
         None => None,

@@ -102,9 +102,16 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     };
     let readers = store::read::pool(&store_path);
     let sources: Vec<Arc<Source>> = config.sources.into_iter().map(Arc::new).collect();
-    let (deliverer, wakeups) = Deliverer::start(&sources, writer.clone(), readers.clone(), metrics.clone())
-        .context("setting up the delivery targets")?;
-    let receiver = Arc::new(Receiver::new(&sources, &config.server, writer.clone(), metrics.clone(), wakeups));
+    let (deliverer, wakeups) =
+        Deliverer::start(&sources, writer.clone(), readers.clone(), metrics.clone())
+            .context("setting up the delivery targets")?;
+    let receiver = Arc::new(Receiver::new(
+        &sources,
+        &config.server,
+        writer.clone(),
+        metrics.clone(),
+        wakeups,
+    ));
     let admin_handler = Arc::new(Admin {
         metrics: metrics.clone(),
         writer,

@@ -58,8 +58,14 @@ mod tests {
     fn retry_after_seconds_and_dates() {
         let now = httpdate::parse_http_date("Wed, 21 Oct 2015 07:28:00 GMT").unwrap();
         assert_eq!(retry_after("7", now), Some(Duration::from_secs(7)));
-        assert_eq!(retry_after("Wed, 21 Oct 2015 07:28:30 GMT", now), Some(Duration::from_secs(30)));
-        assert_eq!(retry_after("Wed, 21 Oct 2015 07:27:00 GMT", now), Some(Duration::ZERO));
+        assert_eq!(
+            retry_after("Wed, 21 Oct 2015 07:28:30 GMT", now),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(
+            retry_after("Wed, 21 Oct 2015 07:27:00 GMT", now),
+            Some(Duration::ZERO)
+        );
         assert_eq!(retry_after("99999999", now), Some(MAX_RETRY_AFTER));
         assert_eq!(retry_after("soon", now), None);
     }

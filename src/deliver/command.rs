@@ -81,17 +81,31 @@ pub async fn run(argv: &[String], timeout: Duration, a: &Attempt<'_>) -> Result_
     let (verdict, status, error) = match tokio::time::timeout(timeout, child.wait()).await {
         Ok(Ok(exit)) => match exit.code() {
             Some(0) => (Verdict::Delivered, Some(0), None),
-            Some(code) => (Verdict::Retry { after: None }, Some(i64::from(code)), Some(format!("exited with status {code}"))),
-            None => (Verdict::Retry { after: None }, None, Some(format!("ended by a signal ({exit})"))),
+            Some(code) => (
+                Verdict::Retry { after: None },
+                Some(i64::from(code)),
+                Some(format!("exited with status {code}")),
+            ),
+            None => (
+                Verdict::Retry { after: None },
+                None,
+                Some(format!("ended by a signal ({exit})")),
+            ),
         },
-        Ok(Err(e)) => (Verdict::Retry { after: None }, None, Some(format!("waiting for the command: {e}"))),
+        Ok(Err(e)) => (
+            Verdict::Retry { after: None },
+            None,
+            Some(format!("waiting for the command: {e}")),
+        ),
         Err(_) => {
             group.kill();
             let _ = child.wait().await;
             (
                 Verdict::Retry { after: None },
                 None,
-                Some(format!("timed out after {timeout:?}; its process group was killed")),
+                Some(format!(
+                    "timed out after {timeout:?}; its process group was killed"
+                )),
             )
         }
     };

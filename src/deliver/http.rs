@@ -53,7 +53,11 @@ pub struct UrlTarget {
 }
 
 impl UrlTarget {
-    pub fn new(url: &str, timeout: Duration, sign_key: Option<ring::hmac::Key>) -> anyhow::Result<UrlTarget> {
+    pub fn new(
+        url: &str,
+        timeout: Duration,
+        sign_key: Option<ring::hmac::Key>,
+    ) -> anyhow::Result<UrlTarget> {
         let client = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(CONNECT_TIMEOUT.min(timeout))
@@ -78,7 +82,10 @@ impl UrlTarget {
             {
                 continue;
             }
-            if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value)) {
+            if let (Ok(n), Ok(v)) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_str(value),
+            ) {
                 headers.append(n, v);
             }
         }
@@ -134,7 +141,9 @@ impl UrlTarget {
         };
         let error = match &verdict {
             Verdict::Delivered => None,
-            _ if status.is_redirection() => Some(format!("answered {status} (redirects are not followed)")),
+            _ if status.is_redirection() => {
+                Some(format!("answered {status} (redirects are not followed)"))
+            }
             _ => Some(format!("answered {status}")),
         };
         Result_ {
@@ -151,7 +160,11 @@ fn describe(e: &reqwest::Error) -> String {
     if e.is_timeout() {
         return "timed out (no complete answer within the target's timeout)".into();
     }
-    let mut text = if e.is_connect() { "connection failed".to_owned() } else { "request failed".to_owned() };
+    let mut text = if e.is_connect() {
+        "connection failed".to_owned()
+    } else {
+        "request failed".to_owned()
+    };
     let mut source = std::error::Error::source(e);
     while let Some(cause) = source {
         text.push_str(": ");

@@ -76,7 +76,9 @@ pub struct Attempt<'a> {
 pub enum Verdict {
     Delivered,
     /// Try again, no sooner than `after` if the target said so (`Retry-After`).
-    Retry { after: Option<Duration> },
+    Retry {
+        after: Option<Duration>,
+    },
     /// The target will never take this event (HTTP 410).
     Gone,
 }
@@ -125,7 +127,10 @@ impl TargetRun {
                 let key = t
                     .sign_secret
                     .as_ref()
-                    .map(|s| crate::scheme::standard_webhooks::decode_secret(s).map_err(anyhow::Error::msg))
+                    .map(|s| {
+                        crate::scheme::standard_webhooks::decode_secret(s)
+                            .map_err(anyhow::Error::msg)
+                    })
                     .transpose()?
                     .map(|bytes| ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &bytes));
                 Sender::Url(Box::new(http::UrlTarget::new(url, t.timeout, key)?))
@@ -181,7 +186,10 @@ impl Deliverer {
         for source in sources {
             for target in &source.targets {
                 let notify = Arc::new(Notify::new());
-                wakeups.entry(source.name.clone()).or_default().push(notify.clone());
+                wakeups
+                    .entry(source.name.clone())
+                    .or_default()
+                    .push(notify.clone());
                 runs.push((Arc::new(TargetRun::new(source, target)?), notify));
             }
         }
@@ -210,7 +218,12 @@ fn sweep_interval(shortest_lease: Duration) -> Duration {
     (shortest_lease / 2).clamp(Duration::from_millis(500), Duration::from_secs(30))
 }
 
-async fn sweeper(lease: Duration, shared: Shared, wakeups: Wakeups, mut stop: watch::Receiver<bool>) {
+async fn sweeper(
+    lease: Duration,
+    shared: Shared,
+    wakeups: Wakeups,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut tick = tokio::time::interval(sweep_interval(lease));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -221,7 +234,10 @@ async fn sweeper(lease: Duration, shared: Shared, wakeups: Wakeups, mut stop: wa
         match shared.writer.sweep().await {
             Ok(0) => {}
             Ok(n) => {
-                tracing::warn!(deliveries = n, "leases expired (an attempt never finished); queued again under the same keys");
+                tracing::warn!(
+                    deliveries = n,
+                    "leases expired (an attempt never finished); queued again under the same keys"
+                );
                 wakeups.wake_all();
             }
             Err(e) => tracing::warn!(error = %e, "sweeping expired leases failed; will try again"),
@@ -231,7 +247,12 @@ async fn sweeper(lease: Duration, shared: Shared, wakeups: Wakeups, mut stop: wa
 
 /// One target's loop: claim what is due (up to the free concurrency), start an attempt
 /// task per claim, sleep until something is due, a new event arrives or an attempt ends.
-async fn run_target(t: Arc<TargetRun>, shared: Shared, wake: Arc<Notify>, mut stop: watch::Receiver<bool>) {
+async fn run_target(
+    t: Arc<TargetRun>,
+    shared: Shared,
+    wake: Arc<Notify>,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut inflight = JoinSet::new();
     while !*stop.borrow() {
         let free = t.concurrency.saturating_sub(inflight.len());
@@ -340,7 +361,10 @@ async fn attempt(t: Arc<TargetRun>, c: Claimed, shared: Shared) {
             },
             "-".into(),
         ),
-        Err(e) => (Result_::failed(format!("reading the event: {e}")), "-".into()),
+        Err(e) => (
+            Result_::failed(format!("reading the event: {e}")),
+            "-".into(),
+        ),
     };
     let next = decide(&t, c.attempt, &result);
     let duration_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
@@ -355,12 +379,18 @@ async fn attempt(t: Arc<TargetRun>, c: Claimed, shared: Shared) {
         .inc();
     let error = result.error.as_deref().unwrap_or("");
     match &next {
-        Next::Delivered => tracing::info!(source = %t.source, target = %t.name, event_id, attempt = c.attempt,
-            status = result.status, duration_ms, "delivered"),
-        Next::Retry(at) => tracing::info!(source = %t.source, target = %t.name, event_id, attempt = c.attempt,
-            status = result.status, duration_ms, error, next_attempt_at = %at, "attempt failed; will retry"),
-        Next::Dead => tracing::warn!(source = %t.source, target = %t.name, event_id, attempt = c.attempt,
-            status = result.status, duration_ms, error, "delivery is dead; replay it once the target is fixed"),
+        Next::Delivered => {
+            tracing::info!(source = %t.source, target = %t.name, event_id, attempt = c.attempt,
+            status = result.status, duration_ms, "delivered")
+        }
+        Next::Retry(at) => {
+            tracing::info!(source = %t.source, target = %t.name, event_id, attempt = c.attempt,
+            status = result.status, duration_ms, error, next_attempt_at = %at, "attempt failed; will retry")
+        }
+        Next::Dead => {
+            tracing::warn!(source = %t.source, target = %t.name, event_id, attempt = c.attempt,
+            status = result.status, duration_ms, error, "delivery is dead; replay it once the target is fixed")
+        }
     }
     let finished = Finished {
         delivery: c.delivery,
@@ -413,7 +443,8 @@ fn decide(t: &TargetRun, attempt: u32, r: &Result_) -> Next {
     match r.verdict {
         Verdict::Delivered => Next::Delivered,
         Verdict::Gone => Next::Dead,
-        Verdict::Retry { after } => match backoff::delay(&t.retry, attempt, backoff::unit_random()) {
+        Verdict::Retry { after } => match backoff::delay(&t.retry, attempt, backoff::unit_random())
+        {
             None => Next::Dead,
             Some(wait) => {
                 let wait = after.map_or(wait, |a| a.max(wait));

@@ -89,7 +89,15 @@ pub fn store(conn: &Connection, e: &NewEvent, now: &str) -> rusqlite::Result<Sto
             None => (None, None),
         };
         for (target, key) in &e.deliveries {
-            insert.execute(params![id, &*e.source, target, key, order_key, order_version, now])?;
+            insert.execute(params![
+                id,
+                &*e.source,
+                target,
+                key,
+                order_key,
+                order_version,
+                now
+            ])?;
         }
         return Ok(Stored::New);
     }

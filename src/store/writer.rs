@@ -153,20 +153,26 @@ impl Writer {
     /// Stores one event and waits until its commit returned. A full queue is refused at
     /// once: the request answers 503 instead of waiting into the provider's timeout.
     pub async fn ingest(&self, event: NewEvent) -> Result<Stored, WriteError> {
-        self.submit(true, false, move |conn, now| ingest::store(conn, &event, now))
-            .await
+        self.submit(true, false, move |conn, now| {
+            ingest::store(conn, &event, now)
+        })
+        .await
     }
 
     /// Claims due deliveries for one target (see [`queue::claim`]).
     pub async fn claim(&self, request: ClaimRequest) -> Result<Vec<Claimed>, WriteError> {
-        self.submit(false, true, move |conn, now| queue::claim(conn, &request, now))
-            .await
+        self.submit(false, true, move |conn, now| {
+            queue::claim(conn, &request, now)
+        })
+        .await
     }
 
     /// Records one attempt and the delivery's next state (see [`queue::finish`]).
     pub async fn finish(&self, finished: Finished) -> Result<bool, WriteError> {
-        self.submit(false, true, move |conn, now| queue::finish(conn, &finished, now))
-            .await
+        self.submit(false, true, move |conn, now| {
+            queue::finish(conn, &finished, now)
+        })
+        .await
     }
 
     /// Returns deliveries whose lease expired to the queue (see [`queue::sweep`]).
@@ -263,7 +269,10 @@ impl Loop {
             None
         } else {
             let started = Instant::now();
-            match self.connection().and_then(|conn| run_batch(conn, &mut jobs)) {
+            match self
+                .connection()
+                .and_then(|conn| run_batch(conn, &mut jobs))
+            {
                 Ok(()) => {
                     if events > 0 {
                         self.metrics.writer_batch_size.observe(events as f64);

@@ -16,6 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
 
+use crate::sink::{Reply, Sink};
 use crate::support::*;
 
 const CONNECTIONS: usize = 8;
@@ -109,7 +110,7 @@ async fn load(
     for c in 0..CONNECTIONS {
         let (scheme, ledger, stop) = (scheme.clone(), ledger.clone(), stop.clone());
         tasks.push(tokio::spawn(async move {
-            let client = reqwest::Client::builder().no_proxy().build().unwrap();
+            let client = client();
             let mut rng = Rng(seed ^ ((c as u64 + 1) << 32) ^ iteration as u64);
             for n in 0.. {
                 if *stop.borrow() {
@@ -134,6 +135,8 @@ async fn load(
                     Ok(resp) if resp.status().is_success() => {
                         ledger.lock().unwrap().acked.insert(id, req.body);
                     }
+                    // Refused honestly (a shutdown is under way): not acknowledged.
+                    Ok(resp) if resp.status() == 503 => {}
                     Ok(resp) => panic!("unexpected answer {} for {id}", resp.status()),
                     // The process was killed under us: this request's fate is unknown.
                     Err(_) => return,
@@ -198,17 +201,8 @@ async fn sigkill_at_random_moments_loses_no_acknowledged_event() {
     eprintln!("crash test: {iterations} iterations, HOOKINBOX_CRASH_SEED={seed}");
     let mut rng = Rng(seed);
 
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("inbox.db");
-    let config_path = dir.path().join("hookinbox.toml");
-    std::fs::write(&config_path, config_text(SERVER, &db, ONE_SOURCE)).unwrap();
-    let scheme = Arc::new(
-        hookinbox::config::load(&config_path)
-            .unwrap()
-            .sources
-            .remove(0)
-            .scheme,
-    );
+    let d = deploy(ONE_SOURCE);
+    let (db, config_path, scheme) = (d.db.clone(), d.config.clone(), d.scheme.clone());
     let ledger = Arc::new(Mutex::new(Ledger::default()));
 
     for iteration in 0..iterations {
@@ -250,5 +244,170 @@ async fn sigkill_at_random_moments_loses_no_acknowledged_event() {
         !ledger.acked.is_empty(),
         "the load generator got some events acknowledged"
     );
+    check(&db, &ledger);
+}
+
+/// The `sw` source forwarding to `url`, with short timeouts and leases so that a crash
+/// mid-attempt is recovered within seconds.
+fn forwarding_to(url: &str) -> String {
+    forwarding(
+        url,
+        "timeout = \"3s\"\nlease = \"4s\"\nretry = [\"200ms\", \"200ms\", \"200ms\", \"200ms\", \"200ms\"]\nconcurrency = 16",
+    )
+}
+
+/// A config file for the real binary in a temporary directory.
+struct Deployed {
+    _dir: tempfile::TempDir,
+    db: std::path::PathBuf,
+    config: std::path::PathBuf,
+    /// The source's scheme, to sign requests as its provider would.
+    scheme: Arc<hookinbox::scheme::Scheme>,
+}
+
+fn deploy(sources: &str) -> Deployed {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("inbox.db");
+    let config = dir.path().join("hookinbox.toml");
+    std::fs::write(&config, config_text(SERVER, &db, sources)).unwrap();
+    let scheme = Arc::new(
+        hookinbox::config::load(&config)
+            .unwrap()
+            .sources
+            .remove(0)
+            .scheme,
+    );
+    Deployed {
+        _dir: dir,
+        db,
+        config,
+        scheme,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_with_deliveries_in_flight_then_every_event_is_delivered_under_its_key() {
+    // A slow target, so that many attempts are in flight when the process dies.
+    let sink = Sink::start(|_, _| Reply::Hang(Duration::from_millis(800))).await;
+    let d = deploy(&forwarding_to(&sink.url()));
+    let (db, config_path, scheme) = (d.db.clone(), d.config.clone(), d.scheme.clone());
+
+    let proc = Proc::spawn(&config_path);
+    let client = client();
+    let base = format!("http://{}", proc.public);
+    let mut ids = Vec::new();
+    for n in 0..40 {
+        let id = format!("msg_inflight_{n}");
+        let req = sign_with(
+            &scheme,
+            &id,
+            &event_body(&id, ""),
+            hookinbox::clock::unix_now(),
+        );
+        assert_eq!(
+            send(&client, &base, "sw", &req).await.unwrap().status(),
+            200
+        );
+        ids.push(id);
+    }
+    // Wait until attempts are running, then kill the process under them.
+    while sink.received().len() < 8 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    proc.sigkill();
+    let conn = open_read(&db);
+    let in_flight: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM deliveries WHERE state = 'in_flight'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    eprintln!("killed with {in_flight} deliveries in flight");
+    assert!(
+        in_flight > 0,
+        "the kill should land while attempts are in flight"
+    );
+
+    let proc = Proc::spawn(&config_path);
+    let delivered = wait_for_count(
+        &conn,
+        "SELECT count(*) FROM deliveries WHERE state = 'delivered'",
+        40,
+    )
+    .await;
+    assert_eq!(
+        delivered, 40,
+        "every event ends delivered after the restart"
+    );
+    assert_eq!(
+        conn.query_row(
+            "SELECT count(*) FROM deliveries WHERE state = 'in_flight'",
+            [],
+            |r| r.get::<_, i64>(0)
+        )
+        .unwrap(),
+        0,
+        "nothing stays in flight past its lease"
+    );
+    // Every request the sink saw for an event, before and after the crash, carried that
+    // event's one key.
+    for id in &ids {
+        let key: String = conn
+            .query_row(
+                "SELECT d.idempotency_key FROM deliveries d JOIN events e ON e.id = d.event WHERE e.event_id = ?1",
+                [id],
+                |r| r.get(0),
+            )
+            .unwrap();
+        let seen: Vec<_> = sink
+            .received()
+            .into_iter()
+            .filter(|r| r.header("x-hookinbox-event-id") == id)
+            .collect();
+        assert!(!seen.is_empty(), "{id} reached the sink");
+        assert!(
+            seen.iter().all(|r| r.key() == key),
+            "{id}: one key across the crash"
+        );
+    }
+    let redelivered = ids
+        .iter()
+        .filter(|id| {
+            sink.received()
+                .iter()
+                .filter(|r| r.header("x-hookinbox-event-id") == id.as_str())
+                .count()
+                > 1
+        })
+        .count();
+    eprintln!("{redelivered} events reached the sink more than once (at-least-once, same key)");
+    assert!(proc.sigterm().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_under_load_exits_0_in_time_and_loses_nothing() {
+    let sink = Sink::start(|_, _| Reply::Status(200)).await;
+    let d = deploy(&forwarding_to(&sink.url()));
+    let (db, config_path, scheme) = (d.db.clone(), d.config.clone(), d.scheme.clone());
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+
+    let proc = Proc::spawn(&config_path);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let generator = tokio::spawn(load(proc.public, scheme, 0, 7, ledger.clone(), stop_rx));
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let asked = std::time::Instant::now();
+    let status = tokio::task::spawn_blocking(move || proc.sigterm())
+        .await
+        .unwrap();
+    let took = asked.elapsed();
+    let _ = stop_tx.send(true);
+    generator.await.unwrap();
+    eprintln!("SIGTERM under load: exited {status:?} after {took:?}");
+    assert!(status.success(), "exit 0 after SIGTERM: {status:?}");
+    // The drain allows 10 s for requests and 10 s for attempts, run side by side.
+    assert!(took < Duration::from_secs(25), "shutdown took {took:?}");
+    let ledger = ledger.lock().unwrap();
+    assert!(!ledger.acked.is_empty());
     check(&db, &ledger);
 }

@@ -16,11 +16,7 @@ async fn concurrent_requests_share_commits_and_each_answer_follows_its_commit() 
         let server = server.clone();
         tasks.push(tokio::spawn(async move {
             // One keep-alive connection per task, like a provider's sender.
-            let client = reqwest::Client::builder()
-                .no_proxy()
-                .pool_max_idle_per_host(1)
-                .build()
-                .unwrap();
+            let client = client();
             let reader = server.read();
             for n in 0..PER_CONNECTION {
                 let id = format!("msg_{c}_{n}");

@@ -56,7 +56,10 @@ async fn the_system_sqlite3_reads_the_live_inbox_through_its_views() {
     )
     .unwrap();
     // The worker is already trying the (unreachable) target: pending or in flight.
-    assert!(events.trim().starts_with("sw|msg_cli|pending|app="), "{events}");
+    assert!(
+        events.trim().starts_with("sw|msg_cli|pending|app="),
+        "{events}"
+    );
     let pending = sqlite3(
         &server.db,
         "SELECT event_id, target, state, attempts FROM pending_deliveries",

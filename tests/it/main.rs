@@ -5,6 +5,10 @@
 //! - `support`: the harness (TestServer, signing, reading the inbox).
 //! - `schemes`: each scheme accepts what its provider signs and refuses, with 401 and
 //!   nothing stored, every kind of bad signature; published vectors; rotation; handshakes.
+//! - `deliver`: forwarding to HTTP and command targets: every event delivered with its
+//!   bytes and one key, retries, Retry-After, 410, redirects, hangs, fan-out, re-signing,
+//!   ordering.
+//! - `sink`: the fake HTTP target the delivery tests run.
 //! - `dedup`: replays, concurrent identical deliveries, and same-id-different-bytes conflicts.
 //! - `limits`: body size (declared and chunked), stalled bodies, silent clients.
 //! - `store_failure`: a full disk and a locked database answer 503, never 2xx, and recover.
@@ -17,10 +21,12 @@
 mod cli;
 mod crash;
 mod dedup;
+mod deliver;
 mod group_commit;
 mod inbox_sqlite;
 mod limits;
 mod scheme_props;
 mod schemes;
+mod sink;
 mod store_failure;
 mod support;

@@ -33,6 +33,22 @@ name = "app"
 url = "http://127.0.0.1:9/hooks"
 "#;
 
+/// The `sw` source forwarding to `url`; `settings` are more lines of its target's table.
+pub fn forwarding(url: &str, settings: &str) -> String {
+    format!(
+        r#"
+[[sources]]
+name = "sw"
+scheme = "standard-webhooks"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+[[sources.targets]]
+name = "app"
+url = "{url}"
+{settings}
+"#
+    )
+}
+
 /// One source of every scheme, each with two targets, so that one test server covers all.
 pub const ALL_SCHEMES: &str = r#"
 [[sources]]
@@ -174,7 +190,7 @@ impl TestServer {
             base: format!("http://{}", running.public_addr),
             admin: format!("http://{}", running.admin_addr),
             config: config::load(&path).unwrap(),
-            client: reqwest::Client::builder().no_proxy().build().unwrap(),
+            client: client(),
             running: Some(running),
             _dir: dir,
             db,
@@ -242,6 +258,14 @@ impl TestServer {
     pub fn stored_body(&self, source: &str, event_id: &str) -> Option<Vec<u8>> {
         stored_body(&self.read(), source, event_id)
     }
+}
+
+/// An HTTP client for the tests: plain HTTP, no proxy from the environment. reqwest is built
+/// without a default crypto provider (only ring is in the tree), so install ring first, as
+/// `serve` does.
+pub fn client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder().no_proxy().build().unwrap()
 }
 
 /// POSTs a signed request to `{base}/hooks/{source}` on `client`'s connections.
@@ -314,6 +338,22 @@ pub fn metric(text: &str, name_and_labels: &str) -> f64 {
         })
         .map_or(0.0, |v| v.trim().parse().unwrap())
 }
+
+/// Polls `sql` (one integer) until it equals `want`, for up to `PATIENCE`; returns the last
+/// value, so the caller's assertion shows what it was.
+pub async fn wait_for_count(conn: &rusqlite::Connection, sql: &str, want: i64) -> i64 {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let n: i64 = conn.query_row(sql, [], |r| r.get(0)).unwrap();
+        if n == want || std::time::Instant::now() > deadline {
+            return n;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// How long a test waits for something the server does in the background before failing.
+pub const PATIENCE: Duration = Duration::from_secs(30);
 
 /// `PRAGMA integrity_check`'s verdict: "ok" or the problems found.
 pub fn integrity_check(conn: &rusqlite::Connection) -> String {
