@@ -255,49 +255,51 @@ async fn run_target(
 ) {
     let mut inflight = JoinSet::new();
     while !*stop.borrow() {
+        while inflight.try_join_next().is_some() {}
         let free = t.concurrency.saturating_sub(inflight.len());
         let mut wait = IDLE_POLL;
         if free > 0 {
-            let due = next_due(&shared.readers, &t).await;
-            let now = SystemTime::now();
-            match due {
-                Some(at) if at <= now => {
-                    let request = ClaimRequest {
-                        source: t.source.clone(),
-                        target: t.name.clone(),
-                        limit: free,
-                        lease: t.lease,
-                        max_attempts: t.max_attempts(),
-                    };
-                    match shared.writer.claim(request).await {
-                        Ok(claims) => {
-                            let all = claims.len() == free;
-                            for c in claims {
-                                inflight.spawn(attempt(t.clone(), c, shared.clone()));
-                            }
-                            if all {
-                                // There may be more due: look again at once.
-                                wait = Duration::ZERO;
-                            }
+            let mut due = next_due(&shared.readers, &t).await;
+            if due.is_some_and(|at| at <= SystemTime::now()) {
+                let request = ClaimRequest {
+                    source: t.source.clone(),
+                    target: t.name.clone(),
+                    limit: free,
+                    lease: t.lease,
+                    max_attempts: t.max_attempts(),
+                };
+                match shared.writer.claim(request).await {
+                    Ok(claims) => {
+                        let all = claims.len() == free;
+                        for c in claims {
+                            inflight.spawn(attempt(t.clone(), c, shared.clone()));
                         }
-                        Err(e) => {
-                            tracing::warn!(source = %t.source, target = %t.name, error = %e, "claiming deliveries failed");
-                            wait = CLAIM_BACKOFF;
+                        if all {
+                            // There may be more due: look again at once.
+                            continue;
                         }
+                        due = next_due(&shared.readers, &t).await;
+                    }
+                    Err(e) => {
+                        tracing::warn!(source = %t.source, target = %t.name, error = %e, "claiming deliveries failed");
+                        due = None;
+                        wait = CLAIM_BACKOFF;
                     }
                 }
-                Some(at) => wait = at.duration_since(now).unwrap_or_default().min(IDLE_POLL),
-                None => {}
             }
-        }
-        if wait.is_zero() {
-            continue;
+            // Sleep until the next delivery comes due. One that is due but was not claimed
+            // waits behind an earlier version of its key: an attempt ending wakes us.
+            if let Some(at) = due
+                && let Ok(until) = at.duration_since(SystemTime::now())
+            {
+                wait = until.min(IDLE_POLL);
+            }
         }
         tokio::select! {
             () = wake.notified() => {}
             Some(_) = inflight.join_next(), if !inflight.is_empty() => {}
             () = tokio::time::sleep(wait) => {}
-            _ = stop.changed() => {}
+            changed = stop.changed() => if changed.is_err() { break },
         }
     }
     // Draining: attempts in flight may finish and record their result; the rest are dropped
