@@ -146,6 +146,10 @@ pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(7 * 86_400);
 pub const MAX_CONCURRENCY: usize = 256;
 
 pub const LEASE_MARGIN: Duration = Duration::from_secs(30);
+/// The least a lease may exceed the timeout: an attempt ends within its timeout plus half a
+/// second for its output, and its result then queues in the writer's FIFO ahead of any sweep
+/// that could hand the delivery to a second attempt.
+pub const MIN_LEASE_MARGIN: Duration = Duration::from_secs(5);
 
 /// Per-source ordering: events with the same key are delivered one at a time, in version
 /// order; an event not newer than the last delivered version of its key is superseded.
@@ -685,9 +689,11 @@ fn validate_target(rt: RawTarget, at: &str, paths: &Paths) -> Result<Target, Str
         return Err(format!("{at}.timeout must be at most 1h"));
     }
     let lease = rt.lease.unwrap_or(rt.timeout + LEASE_MARGIN);
-    if lease <= rt.timeout || lease > MAX_TIMEOUT * 2 {
+    if lease < rt.timeout + MIN_LEASE_MARGIN || lease > MAX_TIMEOUT * 2 {
         return Err(format!(
-            "{at}.lease must be longer than timeout ({:?}) and at most 2h",
+            "{at}.lease must exceed timeout ({:?}) by at least {MIN_LEASE_MARGIN:?} (time to \
+             record the result, or a second attempt could start while the first still runs) \
+             and be at most 2h",
             rt.timeout
         ));
     }
@@ -897,6 +903,17 @@ url = "http://127.0.0.1:3000/hooks"
             "{}",
             err(&comma)
         );
+    }
+
+    #[test]
+    fn a_lease_must_leave_time_to_record_the_result() {
+        let e = err(&MINIMAL.replace(
+            "url = \"http://127.0.0.1:3000/hooks\"",
+            "url = \"http://127.0.0.1:3000/hooks\"\ntimeout = \"30s\"\nlease = \"31s\"",
+        ));
+        assert!(e.contains("lease must exceed timeout"), "{e}");
+        let e = err(&MINIMAL.replace("url = \"http://127.0.0.1:3000/hooks\"", "url = \"ftp://x\""));
+        assert!(e.contains("must be http:// or https://"), "{e}");
     }
 
     #[test]

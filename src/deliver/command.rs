@@ -78,7 +78,13 @@ pub async fn run(argv: &[String], timeout: Duration, a: &Attempt<'_>) -> Result_
     let stdout = tokio::spawn(read_bounded(child.stdout.take().expect("stdout is piped")));
     let stderr = tokio::spawn(read_bounded(child.stderr.take().expect("stderr is piped")));
 
-    let (verdict, status, error) = match tokio::time::timeout(timeout, child.wait()).await {
+    let waited = tokio::time::timeout(timeout, child.wait()).await;
+    if matches!(waited, Ok(Ok(_))) {
+        // Reaped: its pid may be reused, so the group is no longer ours to signal, even if
+        // this attempt is abandoned while its output is read.
+        group.0 = None;
+    }
+    let (verdict, status, error) = match waited {
         Ok(Ok(exit)) => match exit.code() {
             Some(0) => (Verdict::Delivered, Some(0), None),
             Some(code) => (
@@ -123,7 +129,7 @@ pub async fn run(argv: &[String], timeout: Duration, a: &Attempt<'_>) -> Result_
             out.push_str(&format!("{name}:\n{text}\n"));
         }
     }
-    // The program itself has ended; what is left of its group is not ours to kill.
+    // The program itself has ended (reaped above, or killed and reaped on the timeout).
     group.0 = None;
     Result_ {
         verdict,

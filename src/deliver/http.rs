@@ -73,24 +73,38 @@ impl UrlTarget {
     }
 
     pub async fn send(&self, a: &Attempt<'_>) -> Result_ {
+        // Headers that the request's own Connection header named are hop-by-hop too.
+        let named_by_connection: Vec<String> = a
+            .headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case("connection"))
+            .flat_map(|(_, v)| v.split(',').map(|h| h.trim().to_ascii_lowercase()))
+            .collect();
         let mut headers = HeaderMap::new();
         for (name, value) in a.headers {
             let lower = name.to_ascii_lowercase();
             if NOT_FORWARDED.contains(&lower.as_str())
+                || named_by_connection.contains(&lower)
                 || lower.starts_with("x-hookinbox-")
                 || (self.sign_key.is_some() && STANDARD_WEBHOOKS_HEADERS.contains(&lower.as_str()))
             {
                 continue;
             }
-            if let (Ok(n), Ok(v)) = (
+            // from_bytes keeps non-ASCII (obs-text) values that from_str would refuse.
+            match (
                 HeaderName::from_bytes(name.as_bytes()),
-                HeaderValue::from_str(value),
+                HeaderValue::from_bytes(value.as_bytes()),
             ) {
-                headers.append(n, v);
+                (Ok(n), Ok(v)) => {
+                    headers.append(n, v);
+                }
+                _ => {
+                    tracing::debug!(header = %name, "a stored header is not a valid HTTP header; not forwarded")
+                }
             }
         }
         let mut put = |name: &'static str, value: &str| {
-            if let Ok(v) = HeaderValue::from_str(value) {
+            if let Ok(v) = HeaderValue::from_bytes(value.as_bytes()) {
                 headers.insert(HeaderName::from_static(name), v);
             }
         };

@@ -218,8 +218,13 @@ fn order_key(order: &Order, body: &[u8]) -> Option<(String, rusqlite::types::Val
         Json::Number(n) => n.to_string(),
         _ => return None,
     };
+    // A string of digits is a number ("10" after "9"), as providers often send int64
+    // versions as strings; other text (ISO times) compares as text.
     let version = match json.pointer(&order.version)? {
-        Json::String(s) => Value::Text(s.clone()),
+        Json::String(s) => match s.parse::<i64>() {
+            Ok(i) => Value::Integer(i),
+            Err(_) => Value::Text(s.clone()),
+        },
         Json::Number(n) => match n.as_i64() {
             Some(i) => Value::Integer(i),
             None => Value::Real(n.as_f64()?),

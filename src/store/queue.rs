@@ -14,6 +14,23 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::clock;
 
+/// The rows of one target that a claim may take, apart from being due: unordered ones, and
+/// for each order key the pending delivery with the lowest version (then id), unless one of
+/// that key is in flight. `d` is the candidate row.
+const CLAIMABLE: &str = "(d.order_key IS NULL OR NOT EXISTS (
+        SELECT 1 FROM deliveries o
+         WHERE o.source = d.source AND o.target = d.target
+           AND o.order_key = d.order_key AND o.id <> d.id
+           AND (o.state = 'in_flight'
+                OR (o.state = 'pending'
+                    AND (o.order_version < d.order_version
+                         OR (o.order_version = d.order_version AND o.id < d.id))))))";
+
+/// Versions compare only within one kind, numbers with numbers and text with text: a
+/// version of the other kind is never taken as older.
+const SAME_KIND: &str = "((typeof(k.last_version) IN ('integer', 'real'))
+                          = (typeof(deliveries.order_version) IN ('integer', 'real')))";
+
 /// What a target's worker asks for.
 #[derive(Debug, Clone)]
 pub struct ClaimRequest {
@@ -79,7 +96,7 @@ pub struct Finished {
 /// pending deliveries whose version is not newer than the last delivered one of their key
 /// become `superseded`.
 pub fn claim(conn: &Connection, req: &ClaimRequest, now: &str) -> rusqlite::Result<Vec<Claimed>> {
-    conn.prepare_cached(
+    conn.prepare_cached(&format!(
         "UPDATE deliveries
             SET state = 'superseded', updated_at = ?3,
                 last_error = 'superseded: a version at least as new was already delivered'
@@ -87,32 +104,24 @@ pub fn claim(conn: &Connection, req: &ClaimRequest, now: &str) -> rusqlite::Resu
             AND EXISTS (SELECT 1 FROM order_keys k
                          WHERE k.source = deliveries.source AND k.target = deliveries.target
                            AND k.order_key = deliveries.order_key
-                           AND k.last_version >= deliveries.order_version)",
-    )?
+                           AND {SAME_KIND}
+                           AND k.last_version >= deliveries.order_version)"
+    ))?
     .execute(params![req.source, req.target, now])?;
 
     let lease_until = clock::iso(SystemTime::now() + req.lease);
     let claimed: Vec<Claimed> = conn
-        .prepare_cached(
+        .prepare_cached(&format!(
             "UPDATE deliveries
                 SET state = 'in_flight', attempts = attempts + 1, lease_until = ?4, updated_at = ?3
               WHERE id IN (
                     SELECT d.id FROM deliveries d
                      WHERE d.source = ?1 AND d.target = ?2 AND d.state = 'pending'
-                       AND d.next_attempt_at <= ?3
-                       AND (d.order_key IS NULL OR NOT EXISTS (
-                            SELECT 1 FROM deliveries o
-                             WHERE o.source = d.source AND o.target = d.target
-                               AND o.order_key = d.order_key AND o.id <> d.id
-                               AND (o.state = 'in_flight'
-                                    OR (o.state = 'pending'
-                                        AND (o.order_version < d.order_version
-                                             OR (o.order_version = d.order_version
-                                                 AND o.id < d.id))))))
+                       AND d.next_attempt_at <= ?3 AND {CLAIMABLE}
                      ORDER BY d.next_attempt_at, d.id
                      LIMIT ?5)
-             RETURNING id, event, attempts, idempotency_key",
-        )?
+             RETURNING id, event, attempts, idempotency_key"
+        ))?
         .query_map(
             params![req.source, req.target, now, lease_until, req.limit as i64],
             |r| {
@@ -165,16 +174,16 @@ pub fn finish(conn: &Connection, f: &Finished, now: &str) -> rusqlite::Result<bo
         Next::Retry(at) => ("pending", Some(at.as_str())),
         Next::Dead => ("dead", None),
     };
-    // The attempt still owns the delivery if nothing claimed it since. A successful attempt
-    // whose lease expired also settles a delivery that the sweeper returned to the queue
-    // but nobody claimed yet.
+    // The attempt still owns the delivery if nothing claimed it since (`attempts` is still
+    // its number). That includes a delivery the sweeper returned to the queue because this
+    // attempt outlived its lease, and that nobody claimed yet: the late result (delivered,
+    // a Retry-After, a 410) is still the truth.
     let changed = conn
         .prepare_cached(
             "UPDATE deliveries
                 SET state = ?3, next_attempt_at = coalesce(?4, next_attempt_at),
                     lease_until = NULL, last_error = ?5, updated_at = ?6
-              WHERE id = ?1 AND attempts = ?2
-                AND (state = 'in_flight' OR (state = 'pending' AND ?3 = 'delivered'))",
+              WHERE id = ?1 AND attempts = ?2 AND state IN ('in_flight', 'pending')",
         )?
         .execute(params![f.delivery, f.attempt, state, next_at, f.error, now])?;
     if changed == 1 && f.next == Next::Delivered {
@@ -204,12 +213,14 @@ pub fn sweep(conn: &Connection, now: &str) -> rusqlite::Result<usize> {
     .execute([now])
 }
 
-/// When the next pending delivery of a target is due (inbox text), if any.
+/// When the next claimable delivery of a target is due (inbox text), if any. Deliveries
+/// held back by an earlier version of their key do not count: they become claimable when
+/// that one finishes, which wakes the target's loop.
 pub fn next_due(conn: &Connection, source: &str, target: &str) -> rusqlite::Result<Option<String>> {
-    conn.prepare_cached(
-        "SELECT min(next_attempt_at) FROM deliveries
-          WHERE source = ?1 AND target = ?2 AND state = 'pending'",
-    )?
+    conn.prepare_cached(&format!(
+        "SELECT min(d.next_attempt_at) FROM deliveries d
+          WHERE d.source = ?1 AND d.target = ?2 AND d.state = 'pending' AND {CLAIMABLE}"
+    ))?
     .query_row([source, target], |r| r.get(0))
 }
 

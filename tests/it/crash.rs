@@ -252,7 +252,7 @@ async fn sigkill_at_random_moments_loses_no_acknowledged_event() {
 fn forwarding_to(url: &str) -> String {
     forwarding(
         url,
-        "timeout = \"3s\"\nlease = \"4s\"\nretry = [\"200ms\", \"200ms\", \"200ms\", \"200ms\", \"200ms\"]\nconcurrency = 16",
+        "timeout = \"2s\"\nlease = \"7s\"\nretry = [\"200ms\", \"200ms\", \"200ms\", \"200ms\", \"200ms\"]\nconcurrency = 16",
     )
 }
 

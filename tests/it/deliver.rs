@@ -553,3 +553,30 @@ async fn command_targets_get_the_body_on_stdin_and_a_clean_environment() {
     );
     server.stop().await;
 }
+
+#[tokio::test]
+async fn versions_sent_as_digit_strings_compare_as_numbers() {
+    let sink = Sink::start(|_, _| Reply::Status(200)).await;
+    let config = to_url(&sink.url(), "").replace(
+        "[[sources.targets]]",
+        "order = { key = \"/k\", version = \"/v\" }\n[[sources.targets]]",
+    );
+    let server = TestServer::start(&config).await;
+    for (id, v, want) in [
+        ("n9", "9", "delivered"),
+        ("n10", "10", "delivered"),
+        ("n8", "8", "superseded"),
+    ] {
+        let body = format!(r#"{{"k":"K","v":"{v}"}}"#).into_bytes();
+        assert_eq!(
+            server.post("sw", &server.sign("sw", id, &body)).await.0,
+            200
+        );
+        assert_eq!(
+            wait_state(&server, id, "app", want).await,
+            want,
+            "version {v:?}"
+        );
+    }
+    server.stop().await;
+}
