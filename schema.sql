@@ -43,6 +43,7 @@ CREATE TABLE deliveries (
     state           TEXT    NOT NULL DEFAULT 'pending'
                     CHECK (state IN ('pending', 'in_flight', 'delivered', 'dead', 'superseded')),
     attempts        INTEGER NOT NULL DEFAULT 0, -- counted when claimed, so a crash mid-attempt counts
+    schedule_base   INTEGER NOT NULL DEFAULT 0, -- attempts made before the current retry schedule began (a replay starts a new one)
     next_attempt_at TEXT    NOT NULL,         -- due time while pending
     lease_until     TEXT,                     -- while in_flight: when the claim expires
     last_error      TEXT,                     -- why the last attempt failed, or why it is dead
@@ -54,6 +55,7 @@ CREATE TABLE deliveries (
 );
 CREATE INDEX deliveries_due ON deliveries (source, target, state, next_attempt_at);
 CREATE INDEX deliveries_leases ON deliveries (lease_until) WHERE state = 'in_flight';
+CREATE INDEX deliveries_state ON deliveries (state, created_at);
 CREATE INDEX deliveries_order ON deliveries (source, target, order_key, state)
     WHERE order_key IS NOT NULL;
 
@@ -67,7 +69,8 @@ CREATE TABLE attempts (
     outcome     TEXT    NOT NULL CHECK (outcome IN ('delivered', 'retry', 'dead')),
     status      INTEGER,                      -- the HTTP status or the command's exit code
     error       TEXT,                         -- why it failed (timeout, connection refused, …)
-    output      TEXT                          -- the start of the response body, or stdout/stderr
+    output      TEXT,                         -- the start of the response body, or stdout/stderr
+    ambiguous   INTEGER NOT NULL DEFAULT 0    -- 1 when the target may have acted without our hearing (a timeout)
 );
 CREATE INDEX attempts_delivery ON attempts (delivery);
 

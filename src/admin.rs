@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -15,6 +15,7 @@ use hyper::header::CONTENT_TYPE;
 use hyper::http::{Method, StatusCode};
 use hyper::{Request, Response};
 
+use crate::deliver;
 use crate::metrics::{DELIVERY_STATES, Metrics, StateLabels};
 use crate::receive::listener::Handler;
 use crate::store::read;
@@ -29,6 +30,7 @@ pub struct Admin {
     pub readers: read::Pool,
     /// The inbox file, for the WAL size.
     pub inbox: PathBuf,
+    pub delivery: Arc<deliver::Health>,
 }
 
 impl Admin {
@@ -38,13 +40,20 @@ impl Admin {
         let pool = self.readers.clone();
         let counts = tokio::task::spawn_blocking(move || {
             let conn = pool.get().map_err(|e| e.to_string())?;
-            read::delivery_counts(&conn).map_err(|e| e.to_string())
+            let counts = read::delivery_counts(&conn).map_err(|e| e.to_string())?;
+            let oldest = read::oldest_pending(&conn).map_err(|e| e.to_string())?;
+            Ok::<_, String>((counts, oldest))
         })
         .await
         .map_err(|e| e.to_string())
         .and_then(|r| r);
         match counts {
-            Ok(counts) => {
+            Ok((counts, oldest)) => {
+                let age = oldest
+                    .and_then(|t| humantime::parse_rfc3339(&t).ok())
+                    .and_then(|t| SystemTime::now().duration_since(t).ok())
+                    .unwrap_or_default();
+                self.metrics.oldest_pending_seconds.set(age.as_secs_f64());
                 for state in DELIVERY_STATES {
                     let n = counts
                         .iter()
@@ -89,6 +98,21 @@ impl Handler for Admin {
                     .await
                     .is_ok_and(|r| r.is_ok());
                 let commits = self.writer.health().last_commit_ok.load(Ordering::Relaxed);
+                if self.delivery.draining.load(Ordering::Relaxed) {
+                    return text(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "not ready: shutting down\n",
+                    );
+                }
+                if let Some(target) = self.delivery.stuck() {
+                    return Response::builder()
+                        .status(StatusCode::SERVICE_UNAVAILABLE)
+                        .header(CONTENT_TYPE, "text/plain; charset=utf-8")
+                        .body(Full::new(
+                            format!("not ready: the delivery loop of {target} is stuck\n").into(),
+                        ))
+                        .expect("static header values are valid");
+                }
                 match (drains, commits) {
                     (true, true) => text(StatusCode::OK, "ready\n"),
                     (false, _) => text(

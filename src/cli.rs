@@ -1,20 +1,24 @@
 //! The command line. `main.rs` parses it and calls [`run`]; every subcommand lives in
 //! [`crate::commands`].
 
-use std::path::PathBuf;
+use std::io::IsTerminal as _;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 
+use crate::store::retention::Rule;
 use crate::{commands, config};
 
 /// hookinbox: a webhook front door. It verifies each delivery's signature, stores it durably
-/// in a SQLite inbox before answering 2xx, and forwards it to your app.
+/// in a SQLite inbox before answering 2xx, and forwards it to your app under one
+/// idempotency key until the app accepts it.
 #[derive(Debug, Parser)]
 #[command(name = "hookinbox", version, about, long_about = None)]
 #[command(
     after_help = "Start with:  hookinbox check --config examples/quickstart.toml\n\
-                        Then:        hookinbox serve --config examples/quickstart.toml"
+                        Then:        hookinbox serve --config examples/quickstart.toml\n\
+                        Exit codes:  0 ok, 1 failure, 2 bad usage, 3 bad config, 4 not found"
 )]
 pub struct Cli {
     /// The configuration file [default: /etc/hookinbox/hookinbox.toml if it exists, else
@@ -28,13 +32,30 @@ pub struct Cli {
     )]
     pub config: Option<PathBuf>,
 
+    /// The inbox to inspect, replay, prune or back up, instead of the config's store.path
+    #[arg(long, global = true, value_name = "FILE")]
+    pub db: Option<PathBuf>,
+
+    /// How logs are written to stderr
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
     #[command(subcommand)]
     pub command: Command,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// One line of text per event (without time and colour under journald)
+    Text,
+    /// One JSON object per line
+    Json,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Receive webhooks: verify, store durably, answer (runs until SIGTERM or SIGINT)
+    /// Receive webhooks: verify, store durably, answer, forward (until SIGTERM or SIGINT;
+    /// SIGHUP reloads the sources, secrets and targets)
     Serve,
     /// Validate the configuration and print what `serve` would do, without starting
     Check,
@@ -55,6 +76,21 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = commands::sign::Format::Curl)]
         format: commands::sign::Format,
     },
+    /// Queue deliveries again under their idempotency keys: one event, every dead delivery,
+    /// or a time range (a running `serve` sends them within a second)
+    Replay(commands::replay::Args),
+    /// Apply the retention windows now (serve does it every 10 minutes)
+    Prune(commands::prune::Args),
+    /// Write a consistent, checked copy of the inbox while serve runs
+    Backup(commands::backup::Args),
+    /// List stored events, newest first, with what became of their deliveries
+    Events(commands::events::Args),
+    /// Show one event: identity, headers, body, and every delivery with every attempt
+    Show(commands::show::Args),
+    /// List conflicts (same event id, different bytes: quarantined, never forwarded)
+    Conflicts(commands::conflicts::Args),
+    /// List dead deliveries (a target gave up), newest first: the candidates for replay
+    Dead(commands::dead::Args),
 }
 
 /// Exit codes, the one place their numbers appear.
@@ -67,6 +103,8 @@ pub enum Exit {
     Usage = 2,
     /// The configuration file is missing or invalid.
     Config = 3,
+    /// What was asked for is not in the inbox (`show`, `replay` of an unknown event).
+    NotFound = 4,
 }
 
 impl From<Exit> for ExitCode {
@@ -77,50 +115,124 @@ impl From<Exit> for ExitCode {
 
 /// Runs the parsed command line, printing errors as `error: {err:#}`.
 pub fn run(cli: Cli) -> Exit {
-    let path = cli.config.unwrap_or_else(config::default_path);
-    let config = match config::load(&path) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            return Exit::Config;
+    let path = cli.config.clone().unwrap_or_else(config::default_path);
+    let result = match &cli.command {
+        Command::Serve | Command::Check | Command::Sign { .. } => {
+            let config = match config::load(&path) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    return Exit::Config;
+                }
+            };
+            with_config(config, cli.command)
+        }
+        _ => {
+            // The operator commands read the config without its secrets, or need none.
+            let offline = match (&cli.db, config::load_offline(&path)) {
+                (_, Ok(o)) => Some(o),
+                (Some(_), Err(_)) => None,
+                (None, Err(e)) => {
+                    eprintln!("error: {e:#}");
+                    return Exit::Config;
+                }
+            };
+            let db = cli
+                .db
+                .clone()
+                .or_else(|| offline.as_ref().map(|o| o.store.path.clone()))
+                .expect("one of the two is set");
+            offline_command(&db, offline.as_ref(), &cli.command)
         }
     };
-    let result = match cli.command {
-        Command::Check => {
-            commands::check::run(&config, &mut std::io::stdout().lock()).map_err(Into::into)
+    match result {
+        Ok(()) => Exit::Success,
+        // `hookinbox events | head` closes the pipe early: that is the reader's choice, not
+        // a failure.
+        Err(e)
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            Exit::Success
         }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            if e.is::<commands::NotFound>() {
+                Exit::NotFound
+            } else {
+                Exit::Failure
+            }
+        }
+    }
+}
+
+fn with_config(config: config::Config, command: Command) -> anyhow::Result<()> {
+    let out = &mut std::io::stdout().lock();
+    match command {
+        Command::Check => commands::check::run(&config, out).map_err(Into::into),
         Command::Sign {
             source,
             body,
             id,
             format,
-        } => commands::sign::run(
-            &config,
-            &source,
-            body.as_deref(),
-            id,
-            format,
-            &mut std::io::stdout().lock(),
-        ),
+        } => commands::sign::run(&config, &source, body.as_deref(), id, format, out),
         Command::Serve => {
-            let runtime = match tokio::runtime::Builder::new_multi_thread()
+            let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("error: starting the async runtime: {e}");
-                    return Exit::Failure;
-                }
-            };
+                .map_err(|e| anyhow::anyhow!("starting the async runtime: {e}"))?;
             runtime.block_on(commands::serve::run(config))
         }
-    };
-    match result {
-        Ok(()) => Exit::Success,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            Exit::Failure
+        _ => unreachable!("offline commands are dispatched by offline_command"),
+    }
+}
+
+fn offline_command(
+    db: &Path,
+    offline: Option<&config::Offline>,
+    command: &Command,
+) -> anyhow::Result<()> {
+    if !db.exists() {
+        anyhow::bail!(
+            "no inbox at {}; is --config or --db right? (serve creates it)",
+            db.display()
+        );
+    }
+    let out = &mut std::io::stdout().lock();
+    match command {
+        Command::Replay(args) => commands::replay::run(db, args, out),
+        Command::Prune(args) => {
+            let Some(offline) = offline else {
+                anyhow::bail!("prune needs the config's retention windows: pass --config");
+            };
+            let rules: Vec<Rule> = offline
+                .retention
+                .iter()
+                .map(|(source, keep_payload, keep_identity)| Rule {
+                    source: source.clone(),
+                    keep_payload: *keep_payload,
+                    keep_identity: *keep_identity,
+                })
+                .collect();
+            commands::prune::run(db, &rules, args, out)
+        }
+        Command::Backup(args) => commands::backup::run(db, args, out),
+        Command::Events(args) => commands::events::run(db, args, out),
+        Command::Show(args) => {
+            // `show --body` writes the raw bytes unless stdout is a terminal; decided here so
+            // that `show::run` stays testable both ways.
+            let args = commands::show::Args {
+                terminal: std::io::stdout().is_terminal(),
+                ..args.clone()
+            };
+            commands::show::run(db, &args, out)
+        }
+        Command::Conflicts(args) => commands::conflicts::run(db, args, out),
+        Command::Dead(args) => commands::dead::run(db, args, out),
+        Command::Serve | Command::Check | Command::Sign { .. } => {
+            unreachable!("these load the whole config")
         }
     }
 }

@@ -36,9 +36,41 @@ pub fn iso_now() -> String {
     iso(SystemTime::now())
 }
 
+/// A time given on the command line: an RFC 3339 time (`2026-11-30T07:00:00Z`) or a
+/// duration ago (`2h`, `30m`, `7d`). Returns the inbox's text form.
+pub fn parse_time_arg(text: &str) -> Result<String, String> {
+    if let Ok(t) = humantime::parse_rfc3339_weak(text) {
+        return Ok(iso(t));
+    }
+    match humantime::parse_duration(text) {
+        Ok(ago) => Ok(iso(SystemTime::now()
+            .checked_sub(ago)
+            .unwrap_or(UNIX_EPOCH))),
+        Err(_) => Err(format!(
+            "{text:?} is not a time: write an RFC 3339 time (2026-11-30T07:00:00Z) or a \
+             duration ago (2h, 30m, 7d)"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn time_arguments() {
+        assert_eq!(
+            parse_time_arg("2026-11-30T07:00:00Z").unwrap(),
+            "2026-11-30T07:00:00.000Z"
+        );
+        let ago = parse_time_arg("2h").unwrap();
+        assert!(ago < iso_now() && ago.len() == 24);
+        assert!(
+            parse_time_arg("yesterday-ish")
+                .unwrap_err()
+                .contains("not a time")
+        );
+    }
 
     #[test]
     fn iso_is_fixed_width_utc() {

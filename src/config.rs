@@ -73,7 +73,7 @@ pub struct Config {
     pub sources: Vec<Source>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Server {
     /// The public webhook listener.
     pub listen: SocketAddr,
@@ -84,13 +84,13 @@ pub struct Server {
     pub max_connections: usize,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Admin {
     /// `/metrics`, `/healthz`, `/readyz`. Local by default; never meant to be public.
     pub listen: SocketAddr,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Store {
     pub path: PathBuf,
     pub synchronous: Synchronous,
@@ -393,6 +393,45 @@ pub fn load(path: &Path) -> anyhow::Result<Config> {
     })?;
     let credentials = std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from);
     from_str(&text, path, credentials.as_deref())
+}
+
+/// What the operator commands need from the config (the inbox and the retention windows),
+/// read without loading any secret: `events`, `replay` or `prune` work in a shell where
+/// `env:` or `credential:` secrets are not available.
+#[derive(Debug, Clone)]
+pub struct Offline {
+    pub path: PathBuf,
+    pub store: Store,
+    /// (source, keep_payload, keep_identity), as configured.
+    pub retention: Vec<(String, Duration, Duration)>,
+}
+
+/// Reads the config for the operator commands: the same parsing, no secrets.
+pub fn load_offline(path: &Path) -> anyhow::Result<Offline> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot read config file {}: {e} (pass --config FILE, or --db FILE for the inbox alone)",
+            path.display()
+        )
+    })?;
+    let raw: RawConfig = toml::from_str(&text)
+        .map_err(|e| anyhow::anyhow!("config file {}: {e}", path.display()))?;
+    if raw.store.path.as_os_str().is_empty() {
+        anyhow::bail!("config file {}: store.path is empty", path.display());
+    }
+    let base = path.parent().unwrap_or(Path::new("."));
+    Ok(Offline {
+        path: path.to_owned(),
+        store: Store {
+            path: base.join(&raw.store.path),
+            synchronous: raw.store.synchronous,
+        },
+        retention: raw
+            .sources
+            .into_iter()
+            .map(|s| (s.name, s.keep_payload, s.keep_identity))
+            .collect(),
+    })
 }
 
 /// Parses and validates configuration text; `path` is used in messages and to resolve a
@@ -742,6 +781,35 @@ fn valid_name(name: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
 }
 
+/// How long after an event its provider may still send it again, for `check`'s warning.
+fn redelivery_horizon(kind: &Kind) -> Option<(Duration, &'static str)> {
+    const DAY: u64 = 86_400;
+    Some(match kind {
+        Kind::Stripe => (Duration::from_secs(3 * DAY), "Stripe's 3 days of retries"),
+        Kind::Github => (
+            Duration::from_secs(3 * DAY),
+            "the 3 days in which GitHub deliveries can be redelivered by hand",
+        ),
+        Kind::StandardWebhooks => (
+            Duration::from_secs(4 * DAY),
+            "the Standard Webhooks retry schedule (up to about 3 days) plus manual resends",
+        ),
+        Kind::Shopify => (Duration::from_secs(2 * DAY), "Shopify's retries"),
+        Kind::Slack => (Duration::from_secs(3600), "Slack's retries"),
+        Kind::Gitlab => (
+            Duration::from_secs(DAY),
+            "GitLab's retries and manual resends",
+        ),
+        Kind::Hmac(_) => return None,
+    })
+}
+
+/// Whether others than the owner and group may read `path`.
+fn world_readable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o004 != 0)
+}
+
 impl Config {
     pub fn source(&self, name: &str) -> Option<&Source> {
         self.sources.iter().find(|s| s.name == name)
@@ -753,13 +821,30 @@ impl Config {
         let mut out = Vec::new();
         for s in &self.sources {
             for (j, origin) in s.secret_origins.iter().enumerate() {
-                if *origin == Origin::Literal {
-                    out.push(format!(
+                match origin {
+                    Origin::Literal => out.push(format!(
                         "source {:?}: secrets[{j}] is written in the config file; prefer \
                          \"file:/etc/hookinbox/secrets/{}\", \"env:NAME\" or \"credential:NAME\"",
                         s.name, s.name
-                    ));
+                    )),
+                    Origin::File(path) if world_readable(path) => out.push(format!(
+                        "source {:?}: secret file {} is readable by every user; chmod 600 it \
+                         (owned by the service user)",
+                        s.name,
+                        path.display()
+                    )),
+                    _ => {}
                 }
+            }
+            if let Some((horizon, why)) = redelivery_horizon(s.scheme.kind())
+                && s.keep_identity < horizon
+            {
+                out.push(format!(
+                    "source {:?}: keep_identity {} is shorter than {why}; a redelivery after \
+                         that would be stored and forwarded again as a new event",
+                    s.name,
+                    humantime::format_duration(s.keep_identity)
+                ));
             }
         }
         if !self.admin.listen.ip().is_loopback() {

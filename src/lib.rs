@@ -14,6 +14,7 @@
 //! - [`admin`]: the local admin listener: metrics and health.
 //! - [`metrics`]: the Prometheus registry and every metric hookinbox exports.
 //! - [`commands`]: one module per subcommand.
+//! - [`terminal`]: escaping provider-controlled text before it reaches a terminal.
 //! - [`clock`]: wall-clock time as unix seconds and as the inbox's ISO-8601 text.
 
 pub mod admin;
@@ -27,3 +28,4 @@ pub mod receive;
 pub mod scheme;
 pub mod secret;
 pub mod store;
+pub mod terminal;

@@ -4,25 +4,27 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
+use hookinbox::cli::LogFormat;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
     let cli = hookinbox::cli::Cli::parse();
-    init_logging();
+    init_logging(cli.log_format);
     hookinbox::cli::run(cli).into()
 }
 
 /// Logs go to stderr. Under systemd (`JOURNAL_STREAM` set), journald adds its own
 /// timestamps and shows no colours, so neither is written. `RUST_LOG` overrides the level.
-fn init_logging() {
+fn init_logging(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let journald = std::env::var_os("JOURNAL_STREAM").is_some();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal());
-    if std::env::var_os("JOURNAL_STREAM").is_some() {
-        builder.with_ansi(false).without_time().init();
-    } else {
-        builder.init();
+        .with_ansi(!journald && std::io::stderr().is_terminal());
+    match (format, journald) {
+        (LogFormat::Json, _) => builder.json().init(),
+        (LogFormat::Text, true) => builder.without_time().init(),
+        (LogFormat::Text, false) => builder.init(),
     }
 }

@@ -42,6 +42,12 @@ pub struct AttemptLabels {
     pub result: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TargetLabels {
+    pub source: String,
+    pub target: String,
+}
+
 pub struct Metrics {
     pub registry: Registry,
     pub requests: Family<RequestLabels, Counter>,
@@ -51,6 +57,16 @@ pub struct Metrics {
     pub writer_commit_seconds: Histogram,
     pub writer_commit_failures: Counter,
     pub attempts: Family<AttemptLabels, Counter>,
+    /// Attempts that timed out: the target may have acted without our hearing.
+    pub ambiguous_attempts: Family<TargetLabels, Counter>,
+    /// Deliveries that succeeded after such an attempt: the ambiguity is settled.
+    pub ambiguous_resolved: Family<TargetLabels, Counter>,
+    /// Provider's signed time to durable receipt, where the scheme signs a time.
+    pub receipt_lag_seconds: Histogram,
+    /// Durable receipt to the target's acceptance.
+    pub delivery_lag_seconds: Histogram,
+    /// Age of the oldest delivery not yet delivered, dead or superseded (at each scrape).
+    pub oldest_pending_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
     /// Read from the inbox at each scrape.
     pub deliveries: Family<StateLabels, Gauge>,
     pub wal_bytes: Gauge,
@@ -95,6 +111,36 @@ impl Metrics {
             "Delivery attempts by source, target and what they led to",
             attempts.clone(),
         );
+        let ambiguous_attempts = Family::<TargetLabels, Counter>::default();
+        registry.register(
+            "ambiguous_attempts",
+            "Attempts that timed out, so the target may have acted without our hearing",
+            ambiguous_attempts.clone(),
+        );
+        let ambiguous_resolved = Family::<TargetLabels, Counter>::default();
+        registry.register(
+            "ambiguous_resolved",
+            "Deliveries accepted after an earlier attempt of theirs timed out",
+            ambiguous_resolved.clone(),
+        );
+        let receipt_lag_seconds = Histogram::new(exponential_buckets(0.25, 2.0, 14));
+        registry.register(
+            "receipt_lag_seconds",
+            "From the provider's signed timestamp to the durable commit (clock skew included)",
+            receipt_lag_seconds.clone(),
+        );
+        let delivery_lag_seconds = Histogram::new(exponential_buckets(0.005, 4.0, 14));
+        registry.register(
+            "delivery_lag_seconds",
+            "From the durable commit to the target's acceptance",
+            delivery_lag_seconds.clone(),
+        );
+        let oldest_pending_seconds = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "oldest_pending_seconds",
+            "Age of the oldest delivery still pending or in flight, read at each scrape",
+            oldest_pending_seconds.clone(),
+        );
         let deliveries = Family::<StateLabels, Gauge>::default();
         registry.register(
             "deliveries",
@@ -110,6 +156,11 @@ impl Metrics {
         Metrics {
             registry,
             attempts,
+            ambiguous_attempts,
+            ambiguous_resolved,
+            receipt_lag_seconds,
+            delivery_lag_seconds,
+            oldest_pending_seconds,
             deliveries,
             wal_bytes,
             requests,

@@ -12,17 +12,17 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
+use tokio::sync::{Mutex, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::admin::Admin;
-use crate::config::{Config, Source};
+use crate::config::{self, Config, Source};
 use crate::deliver::Deliverer;
 use crate::metrics::Metrics;
 use crate::receive::Receiver;
 use crate::receive::listener::{self, Limits};
-use crate::store;
 use crate::store::writer::Writer;
+use crate::store::{self, retention};
 
 /// Connections the admin listener serves at once: it has one scraper and a health checker.
 const ADMIN_MAX_CONNECTIONS: usize = 16;
@@ -34,6 +34,11 @@ pub struct Running {
     pub public_addr: SocketAddr,
     pub admin_addr: SocketAddr,
     pub metrics: Arc<Metrics>,
+    receiver: Arc<Receiver>,
+    deliverer: Arc<Mutex<Option<Deliverer>>>,
+    retention: retention::Settings,
+    /// What a reload cannot change without a restart.
+    fixed: (config::Server, config::Admin, config::Store),
     stop: oneshot::Sender<()>,
     done: JoinHandle<()>,
 }
@@ -41,13 +46,46 @@ pub struct Running {
 impl Running {
     /// Stops accepting, drains, flushes the writer; returns when the inbox is closed.
     pub async fn shutdown(self) {
-        let _ = self.stop.send(());
-        let _ = self.done.await;
+        let Running {
+            stop,
+            done,
+            receiver,
+            deliverer,
+            ..
+        } = self;
+        // These hold writer handles: the writer closes the inbox once the last one is gone.
+        drop((receiver, deliverer));
+        let _ = stop.send(());
+        let _ = done.await;
     }
 
-    /// Waits until the server stops by itself (it does not, unless a task fails).
-    pub async fn wait(&mut self) {
-        let _ = (&mut self.done).await;
+    /// Applies a new configuration's sources (schemes, secrets, targets, ordering,
+    /// retention) without dropping anything in flight: requests already running finish
+    /// with the configuration they started with. Listener and store settings need a
+    /// restart; a change to them is logged, not applied.
+    pub async fn reload(&self, config: Config) -> anyhow::Result<()> {
+        let fixed = (
+            config.server.clone(),
+            config.admin.clone(),
+            config.store.clone(),
+        );
+        if fixed != self.fixed {
+            tracing::warn!(
+                "[server], [admin] and [store] changes need a restart; they are not applied"
+            );
+        }
+        let sources: Vec<Arc<Source>> = config.sources.into_iter().map(Arc::new).collect();
+        let mut deliverer = self.deliverer.lock().await;
+        let Some(deliverer) = deliverer.as_mut() else {
+            anyhow::bail!("shutting down");
+        };
+        let wakeups = deliverer
+            .reload(&sources)
+            .context("setting up the delivery targets")?;
+        self.receiver.reload(&sources, wakeups);
+        self.retention.replace(&sources);
+        tracing::info!(sources = sources.len(), "reloaded the configuration");
+        Ok(())
     }
 }
 
@@ -101,10 +139,24 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         max_connections: ADMIN_MAX_CONNECTIONS,
     };
     let readers = store::read::pool(&store_path);
+    let fixed = (
+        config.server.clone(),
+        config.admin.clone(),
+        config.store.clone(),
+    );
     let sources: Vec<Arc<Source>> = config.sources.into_iter().map(Arc::new).collect();
     let (deliverer, wakeups) =
         Deliverer::start(&sources, writer.clone(), readers.clone(), metrics.clone())
             .context("setting up the delivery targets")?;
+    let delivery_health = deliverer.health();
+    let deliverer = Arc::new(Mutex::new(Some(deliverer)));
+    let retention = retention::Settings::new(&sources);
+    let (retention_stop, retention_stopped) = watch::channel(false);
+    let retention_task = tokio::spawn(retention::run_periodically(
+        writer.clone(),
+        retention.clone(),
+        retention_stopped,
+    ));
     let receiver = Arc::new(Receiver::new(
         &sources,
         &config.server,
@@ -117,9 +169,11 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         writer,
         readers,
         inbox: store_path.clone(),
+        delivery: delivery_health,
     });
     let sources = sources.len();
 
+    let (receiver_task, deliverer_task) = (receiver.clone(), deliverer.clone());
     let (stop, stopped) = oneshot::channel::<()>();
     let (admin_stop, admin_stopped) = oneshot::channel::<()>();
     let (public_stop, public_stopped) = oneshot::channel::<()>();
@@ -127,14 +181,21 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         let admin_task = tokio::spawn(listener::serve(admin, admin_limits, admin_handler, async {
             let _ = admin_stopped.await;
         }));
-        let public_task = tokio::spawn(listener::serve(public, limits, receiver, async {
+        let public_task = tokio::spawn(listener::serve(public, limits, receiver_task, async {
             let _ = public_stopped.await;
         }));
         let _ = stopped.await;
         // The listener and the worker stop together: no new connections and no new claims;
         // in-flight requests and attempts get their drain time.
         let _ = public_stop.send(());
-        let ((), _) = tokio::join!(deliverer.shutdown(), public_task);
+        let _ = retention_stop.send(true);
+        let deliverer = deliverer_task.lock().await.take();
+        let drain = async {
+            if let Some(d) = deliverer {
+                d.shutdown().await;
+            }
+        };
+        let ((), _, _) = tokio::join!(drain, public_task, retention_task);
         let _ = admin_stop.send(());
         let _ = admin_task.await;
         // Every Writer handle is gone with the listeners' handlers and the worker: the
@@ -154,30 +215,45 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         public_addr,
         admin_addr,
         metrics,
+        receiver,
+        deliverer,
+        retention,
+        fixed,
         stop,
         done,
     })
 }
 
-/// Runs until SIGTERM or SIGINT.
+/// Runs until SIGTERM or SIGINT; SIGHUP reloads the configuration from `path`.
 pub async fn run(config: Config) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    // Installed before the server starts, so that no signal finds the default action.
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let mut hup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
     for warning in config.warnings() {
         tracing::warn!("{warning}");
     }
+    let path = config.path.clone();
     let running = start(config).await?;
-    shutdown_signal().await?;
-    tracing::info!("shutting down: no new connections; finishing in-flight requests");
-    running.shutdown().await;
-    Ok(())
-}
-
-async fn shutdown_signal() -> anyhow::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+    loop {
+        tokio::select! {
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+            _ = hup.recv() => match config::load(&path) {
+                Ok(new) => {
+                    for warning in new.warnings() {
+                        tracing::warn!("{warning}");
+                    }
+                    if let Err(e) = running.reload(new).await {
+                        tracing::error!("reload failed: {e:#}; the running configuration stays");
+                    }
+                }
+                Err(e) => tracing::error!("reload refused: {e:#}; the running configuration stays"),
+            },
+        }
     }
+    tracing::info!("shutting down: no new connections or claims; finishing what is in flight");
+    running.shutdown().await;
     Ok(())
 }

@@ -84,6 +84,7 @@ pub async fn run(argv: &[String], timeout: Duration, a: &Attempt<'_>) -> Result_
         // this attempt is abandoned while its output is read.
         group.0 = None;
     }
+    let ambiguous = waited.is_err();
     let (verdict, status, error) = match waited {
         Ok(Ok(exit)) => match exit.code() {
             Some(0) => (Verdict::Delivered, Some(0), None),
@@ -136,6 +137,7 @@ pub async fn run(argv: &[String], timeout: Duration, a: &Attempt<'_>) -> Result_
         status,
         error,
         output: (!out.is_empty()).then_some(out),
+        ambiguous,
     }
 }
 

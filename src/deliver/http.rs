@@ -132,6 +132,7 @@ impl UrlTarget {
             .await;
         let mut response = match response {
             Ok(r) => r,
+            Err(e) if e.is_timeout() => return Result_::timed_out(describe(&e)),
             Err(e) => return Result_::failed(describe(&e)),
         };
         let status = response.status();
@@ -165,6 +166,7 @@ impl UrlTarget {
             status: Some(i64::from(status.as_u16())),
             error,
             output: (!output.is_empty()).then(|| String::from_utf8_lossy(&output).into_owned()),
+            ambiguous: false,
         }
     }
 }

@@ -15,6 +15,7 @@ pub mod http;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::{Notify, watch};
@@ -22,7 +23,7 @@ use tokio::task::JoinSet;
 
 use crate::clock;
 use crate::config::{Source, Target, TargetKind};
-use crate::metrics::{AttemptLabels, Metrics};
+use crate::metrics::{AttemptLabels, Metrics, TargetLabels};
 use crate::store::queue::{self, ClaimRequest, Claimed, EventData, Finished, Next};
 use crate::store::read;
 use crate::store::writer::Writer;
@@ -90,6 +91,8 @@ pub struct Result_ {
     pub status: Option<i64>,
     pub error: Option<String>,
     pub output: Option<String>,
+    /// The attempt timed out: the target may have acted on it without our hearing.
+    pub ambiguous: bool,
 }
 
 impl Result_ {
@@ -100,6 +103,15 @@ impl Result_ {
             status: None,
             error: Some(error),
             output: None,
+            ambiguous: false,
+        }
+    }
+
+    /// No answer within the timeout: the target may or may not have acted.
+    pub fn timed_out(error: String) -> Result_ {
+        Result_ {
+            ambiguous: true,
+            ..Result_::failed(error)
         }
     }
 }
@@ -161,10 +173,52 @@ struct Shared {
     metrics: Arc<Metrics>,
 }
 
-/// The running worker.
-pub struct Deliverer {
+/// What the worker reports about itself, for `/readyz` and the watchdog.
+#[derive(Debug, Default)]
+pub struct Health {
+    /// Set when shutdown begins.
+    pub draining: AtomicBool,
+    /// Per target loop, the unix milliseconds of its last turn.
+    beats: std::sync::Mutex<Vec<(String, Arc<AtomicU64>)>>,
+}
+
+/// A loop that has not turned for this long is stuck: every turn is bounded by the idle
+/// poll (1 s), a claim (the writer's commit wait, 10 s) or a read (its busy timeout, 5 s).
+pub const STUCK_AFTER: Duration = Duration::from_secs(30);
+
+impl Health {
+    /// The first target loop that has not turned within [`STUCK_AFTER`], if any.
+    pub fn stuck(&self) -> Option<String> {
+        let now = unix_millis();
+        let limit = u64::try_from(STUCK_AFTER.as_millis()).unwrap_or(u64::MAX);
+        self.beats
+            .lock()
+            .expect("no panics while holding the lock")
+            .iter()
+            .find(|(_, beat)| now.saturating_sub(beat.load(Ordering::Relaxed)) > limit)
+            .map(|(name, _)| name.clone())
+    }
+}
+
+fn unix_millis() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The loops started from one configuration.
+struct Generation {
     stop: watch::Sender<bool>,
     tasks: JoinSet<()>,
+}
+
+/// The running worker.
+pub struct Deliverer {
+    shared: Shared,
+    current: Generation,
+    /// Earlier generations, stopped by a reload, finishing their attempts.
+    retiring: Vec<Generation>,
+    health: Arc<Health>,
 }
 
 impl Deliverer {
@@ -175,12 +229,28 @@ impl Deliverer {
         readers: read::Pool,
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<(Deliverer, Wakeups)> {
-        let (stop, stopped) = watch::channel(false);
         let shared = Shared {
             writer,
             readers,
             metrics,
         };
+        let health = Arc::new(Health::default());
+        let (current, wakeups) = Self::generation(sources, &shared, &health)?;
+        let deliverer = Deliverer {
+            shared,
+            current,
+            retiring: Vec::new(),
+            health,
+        };
+        Ok((deliverer, wakeups))
+    }
+
+    fn generation(
+        sources: &[Arc<Source>],
+        shared: &Shared,
+        health: &Health,
+    ) -> anyhow::Result<(Generation, Wakeups)> {
+        let (stop, stopped) = watch::channel(false);
         let mut runs = Vec::new();
         let mut wakeups: HashMap<String, Vec<Arc<Notify>>> = HashMap::new();
         for source in sources {
@@ -196,20 +266,58 @@ impl Deliverer {
         let wakeups = Wakeups(Arc::new(wakeups));
         let shortest_lease = runs.iter().map(|(t, _)| t.lease).min();
         let mut tasks = JoinSet::new();
+        let mut beats = Vec::new();
         for (target, notify) in runs {
-            tasks.spawn(run_target(target, shared.clone(), notify, stopped.clone()));
+            let beat = Arc::new(AtomicU64::new(unix_millis()));
+            beats.push((format!("{}/{}", target.source, target.name), beat.clone()));
+            tasks.spawn(run_target(
+                target,
+                shared.clone(),
+                notify,
+                stopped.clone(),
+                beat,
+            ));
         }
         if let Some(lease) = shortest_lease {
-            tasks.spawn(sweeper(lease, shared, wakeups.clone(), stopped));
+            tasks.spawn(sweeper(lease, shared.clone(), wakeups.clone(), stopped));
         }
-        Ok((Deliverer { stop, tasks }, wakeups))
+        *health
+            .beats
+            .lock()
+            .expect("no panics while holding the lock") = beats;
+        Ok((Generation { stop, tasks }, wakeups))
+    }
+
+    /// Switches to the targets of a new configuration: the old loops stop claiming and
+    /// finish their attempts in the background; new loops start at once. A claim is atomic,
+    /// so the two never take the same delivery.
+    pub fn reload(&mut self, sources: &[Arc<Source>]) -> anyhow::Result<Wakeups> {
+        let (next, wakeups) = Self::generation(sources, &self.shared, &self.health)?;
+        for g in &mut self.retiring {
+            while g.tasks.try_join_next().is_some() {}
+        }
+        self.retiring.retain(|g| !g.tasks.is_empty());
+        let old = std::mem::replace(&mut self.current, next);
+        let _ = old.stop.send(true);
+        self.retiring.push(old);
+        Ok(wakeups)
+    }
+
+    pub fn health(&self) -> Arc<Health> {
+        self.health.clone()
     }
 
     /// Stops claiming, lets attempts in flight finish and be recorded (up to
     /// [`DRAIN_TIMEOUT`]), then abandons the rest to their leases.
     pub async fn shutdown(mut self) {
-        let _ = self.stop.send(true);
-        while self.tasks.join_next().await.is_some() {}
+        self.health.draining.store(true, Ordering::Relaxed);
+        self.retiring.push(self.current);
+        for g in &self.retiring {
+            let _ = g.stop.send(true);
+        }
+        for mut g in self.retiring {
+            while g.tasks.join_next().await.is_some() {}
+        }
     }
 }
 
@@ -252,9 +360,11 @@ async fn run_target(
     shared: Shared,
     wake: Arc<Notify>,
     mut stop: watch::Receiver<bool>,
+    beat: Arc<AtomicU64>,
 ) {
     let mut inflight = JoinSet::new();
     while !*stop.borrow() {
+        beat.store(unix_millis(), Ordering::Relaxed);
         while inflight.try_join_next().is_some() {}
         let free = t.concurrency.saturating_sub(inflight.len());
         let mut wait = IDLE_POLL;
@@ -349,9 +459,11 @@ async fn load_event(readers: &read::Pool, id: i64) -> Result<Option<EventData>, 
 async fn attempt(t: Arc<TargetRun>, c: Claimed, shared: Shared) {
     let started_at = clock::iso_now();
     let started = Instant::now();
+    let mut received_at = None;
     let (result, event_id) = match load_event(&shared.readers, c.event).await {
         Ok(Some(event)) => {
             let result = send(&t, &c, &event).await;
+            received_at = Some(event.received_at);
             (result, event.event_id)
         }
         Ok(None) => (
@@ -360,6 +472,7 @@ async fn attempt(t: Arc<TargetRun>, c: Claimed, shared: Shared) {
                 status: None,
                 error: Some("the event is no longer in the inbox".into()),
                 output: None,
+                ambiguous: false,
             },
             "-".into(),
         ),
@@ -368,7 +481,7 @@ async fn attempt(t: Arc<TargetRun>, c: Claimed, shared: Shared) {
             "-".into(),
         ),
     };
-    let next = decide(&t, c.attempt, &result);
+    let next = decide(&t, c.in_schedule(), &result);
     let duration_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
     shared
         .metrics
@@ -403,11 +516,47 @@ async fn attempt(t: Arc<TargetRun>, c: Claimed, shared: Shared) {
         status: result.status,
         error: result.error,
         output: result.output,
+        ambiguous: result.ambiguous,
     };
-    if let Err(e) = shared.writer.finish(finished).await {
+    let labels = TargetLabels {
+        source: t.source.clone(),
+        target: t.name.clone(),
+    };
+    if finished.ambiguous {
+        shared
+            .metrics
+            .ambiguous_attempts
+            .get_or_create(&labels)
+            .inc();
+    }
+    let delivered = finished.next == Next::Delivered;
+    match shared.writer.finish(finished).await {
+        Ok(recorded) => {
+            if recorded.resolved_ambiguity {
+                shared
+                    .metrics
+                    .ambiguous_resolved
+                    .get_or_create(&labels)
+                    .inc();
+            }
+            if delivered
+                && recorded.applied
+                && let Some(received) = received_at
+                    .as_deref()
+                    .and_then(|t| humantime::parse_rfc3339(t).ok())
+            {
+                let lag = SystemTime::now()
+                    .duration_since(received)
+                    .unwrap_or_default();
+                shared
+                    .metrics
+                    .delivery_lag_seconds
+                    .observe(lag.as_secs_f64());
+            }
+        }
         // The lease will expire and the delivery will be tried again under the same key.
-        tracing::warn!(source = %t.source, target = %t.name, event_id, error = %e,
-            "recording the attempt failed; the delivery will be retried after its lease");
+        Err(e) => tracing::warn!(source = %t.source, target = %t.name, event_id, error = %e,
+            "recording the attempt failed; the delivery will be retried after its lease"),
     }
 }
 
@@ -418,6 +567,7 @@ async fn send(t: &TargetRun, c: &Claimed, event: &EventData) -> Result_ {
             status: None,
             error: Some("the event's body was pruned by retention before it was delivered".into()),
             output: None,
+            ambiguous: false,
         };
     };
     let headers_json = event.headers.as_deref().unwrap_or("[]");
@@ -440,7 +590,8 @@ async fn send(t: &TargetRun, c: &Claimed, event: &EventData) -> Result_ {
     }
 }
 
-/// The delivery's next state after an attempt.
+/// The delivery's next state after an attempt; `attempt` is its place in the current
+/// schedule (a replay starts a new one).
 fn decide(t: &TargetRun, attempt: u32, r: &Result_) -> Next {
     match r.verdict {
         Verdict::Delivered => Next::Delivered,

@@ -14,7 +14,7 @@ pub mod listener;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -47,24 +47,15 @@ struct SourceState {
     targets: Vec<String>,
 }
 
-/// The public request handler.
-pub struct Receiver {
+/// The sources as configured now; replaced whole on a reload, so that a request in flight
+/// finishes with the configuration it started with.
+struct Live {
     sources: HashMap<String, SourceState>,
-    writer: Writer,
-    metrics: Arc<Metrics>,
     wakeups: Wakeups,
-    max_body: u64,
-    body_timeout: Duration,
 }
 
-impl Receiver {
-    pub fn new(
-        sources: &[Arc<Source>],
-        server: &config::Server,
-        writer: Writer,
-        metrics: Arc<Metrics>,
-        wakeups: Wakeups,
-    ) -> Receiver {
+impl Live {
+    fn new(sources: &[Arc<Source>], wakeups: Wakeups) -> Live {
         let sources = sources
             .iter()
             .map(|s| {
@@ -77,19 +68,46 @@ impl Receiver {
                 (s.name.clone(), state)
             })
             .collect();
+        Live { sources, wakeups }
+    }
+}
+
+/// The public request handler.
+pub struct Receiver {
+    live: RwLock<Arc<Live>>,
+    writer: Writer,
+    metrics: Arc<Metrics>,
+    max_body: u64,
+    body_timeout: Duration,
+}
+
+impl Receiver {
+    pub fn new(
+        sources: &[Arc<Source>],
+        server: &config::Server,
+        writer: Writer,
+        metrics: Arc<Metrics>,
+        wakeups: Wakeups,
+    ) -> Receiver {
         Receiver {
-            sources,
+            live: RwLock::new(Arc::new(Live::new(sources, wakeups))),
             writer,
             metrics,
-            wakeups,
             max_body: server.max_body,
             body_timeout: server.body_timeout,
         }
     }
 
+    /// Serves new requests with these sources (secrets, schemes, targets) from now on.
+    pub fn reload(&self, sources: &[Arc<Source>], wakeups: Wakeups) {
+        let live = Arc::new(Live::new(sources, wakeups));
+        *self.live.write().expect("no panics while holding the lock") = live;
+    }
+
     async fn receive(
         &self,
         source: &SourceState,
+        wakeups: &Wakeups,
         req: Request<Incoming>,
     ) -> (Outcome, Option<String>) {
         let (parts, body) = req.into_parts();
@@ -130,6 +148,7 @@ impl Receiver {
         };
 
         let event_id = identity.event_id;
+        let provider_time = identity.provider_time;
         let event = NewEvent {
             source: source.name.clone(),
             account: source.account.clone(),
@@ -159,7 +178,11 @@ impl Receiver {
         };
         let outcome = match self.writer.ingest(event).await {
             Ok(Stored::New) => {
-                self.wakeups.wake(&source.name);
+                wakeups.wake(&source.name);
+                if let Some(signed) = provider_time {
+                    let lag = clock::unix_now().saturating_sub(signed).max(0);
+                    self.metrics.receipt_lag_seconds.observe(lag as f64);
+                }
                 Outcome::Accepted
             }
             Ok(Stored::Duplicate) => Outcome::Duplicate,
@@ -173,18 +196,23 @@ impl Receiver {
 impl listener::Handler for Receiver {
     async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Full<Bytes>> {
         let started = Instant::now();
+        let live = self
+            .live
+            .read()
+            .expect("no panics while holding the lock")
+            .clone();
         let Some(source) = req
             .uri()
             .path()
             .strip_prefix(HOOKS_PREFIX)
-            .and_then(|name| self.sources.get(name))
+            .and_then(|name| live.sources.get(name))
         else {
             return Outcome::NotFound.response();
         };
         if req.method() != Method::POST {
             return Outcome::MethodNotAllowed.response();
         }
-        let (outcome, event_id) = self.receive(source, req).await;
+        let (outcome, event_id) = self.receive(source, &live.wakeups, req).await;
         let status = outcome.status();
         self.metrics.request(&source.name, outcome.label());
         let event_id = event_id.as_deref().unwrap_or("-");

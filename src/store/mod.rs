@@ -8,6 +8,7 @@
 pub mod ingest;
 pub mod queue;
 pub mod read;
+pub mod retention;
 pub mod writer;
 
 use std::path::Path;

@@ -48,9 +48,18 @@ pub struct ClaimRequest {
 pub struct Claimed {
     pub delivery: i64,
     pub event: i64,
-    /// 1 for the first attempt.
+    /// 1 for the first attempt; counts on across replays.
     pub attempt: u32,
+    /// Attempts made before the current retry schedule began (a replay starts a new one).
+    pub schedule_base: u32,
     pub idempotency_key: String,
+}
+
+impl Claimed {
+    /// This attempt's place in the current schedule: 1 for the first try after a replay.
+    pub fn in_schedule(&self) -> u32 {
+        self.attempt.saturating_sub(self.schedule_base)
+    }
 }
 
 /// How an attempt ended, as the delivery's next state.
@@ -85,6 +94,18 @@ pub struct Finished {
     pub status: Option<i64>,
     pub error: Option<String>,
     pub output: Option<String>,
+    /// The target may have acted without our hearing (a timeout).
+    pub ambiguous: bool,
+}
+
+/// What recording an attempt did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recorded {
+    /// False when the delivery had meanwhile been claimed again: the newer claim decides.
+    pub applied: bool,
+    /// This delivery succeeded after an earlier attempt of it timed out: that ambiguity is
+    /// now resolved.
+    pub resolved_ambiguity: bool,
 }
 
 /// Claims up to `limit` due deliveries of one target: one `UPDATE … RETURNING` that marks
@@ -120,7 +141,7 @@ pub fn claim(conn: &Connection, req: &ClaimRequest, now: &str) -> rusqlite::Resu
                        AND d.next_attempt_at <= ?3 AND {CLAIMABLE}
                      ORDER BY d.next_attempt_at, d.id
                      LIMIT ?5)
-             RETURNING id, event, attempts, idempotency_key"
+             RETURNING id, event, attempts, schedule_base, idempotency_key"
         ))?
         .query_map(
             params![req.source, req.target, now, lease_until, req.limit as i64],
@@ -129,7 +150,8 @@ pub fn claim(conn: &Connection, req: &ClaimRequest, now: &str) -> rusqlite::Resu
                     delivery: r.get(0)?,
                     event: r.get(1)?,
                     attempt: r.get(2)?,
-                    idempotency_key: r.get(3)?,
+                    schedule_base: r.get(3)?,
+                    idempotency_key: r.get(4)?,
                 })
             },
         )?
@@ -139,7 +161,7 @@ pub fn claim(conn: &Connection, req: &ClaimRequest, now: &str) -> rusqlite::Resu
     // attempt (a crash, every time): give up rather than loop forever.
     let (exhausted, ready): (Vec<Claimed>, Vec<Claimed>) = claimed
         .into_iter()
-        .partition(|c| c.attempt > req.max_attempts);
+        .partition(|c| c.in_schedule() > req.max_attempts);
     for c in exhausted {
         conn.prepare_cached(
             "UPDATE deliveries SET state = 'dead', lease_until = NULL, updated_at = ?2,
@@ -151,13 +173,14 @@ pub fn claim(conn: &Connection, req: &ClaimRequest, now: &str) -> rusqlite::Resu
     Ok(ready)
 }
 
-/// Records an attempt and moves its delivery to the next state. Returns false when the
-/// delivery had meanwhile been claimed again (this attempt's lease expired): the attempt is
-/// still recorded, but the newer claim decides the state.
-pub fn finish(conn: &Connection, f: &Finished, now: &str) -> rusqlite::Result<bool> {
+/// Records an attempt and moves its delivery to the next state. When the delivery had
+/// meanwhile been claimed again (this attempt's lease expired), the attempt is still
+/// recorded, but the newer claim decides the state.
+pub fn finish(conn: &Connection, f: &Finished, now: &str) -> rusqlite::Result<Recorded> {
     conn.prepare_cached(
-        "INSERT INTO attempts (delivery, number, started_at, duration_ms, outcome, status, error, output)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        "INSERT INTO attempts (delivery, number, started_at, duration_ms, outcome, status, error,
+                               output, ambiguous)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
     )?
     .execute(params![
         f.delivery,
@@ -167,7 +190,8 @@ pub fn finish(conn: &Connection, f: &Finished, now: &str) -> rusqlite::Result<bo
         f.next.word(),
         f.status,
         f.error,
-        f.output
+        f.output,
+        f.ambiguous
     ])?;
     let (state, next_at) = match &f.next {
         Next::Delivered => ("delivered", None),
@@ -186,7 +210,15 @@ pub fn finish(conn: &Connection, f: &Finished, now: &str) -> rusqlite::Result<bo
               WHERE id = ?1 AND attempts = ?2 AND state IN ('in_flight', 'pending')",
         )?
         .execute(params![f.delivery, f.attempt, state, next_at, f.error, now])?;
-    if changed == 1 && f.next == Next::Delivered {
+    let applied = changed == 1;
+    let mut resolved_ambiguity = false;
+    if applied && f.next == Next::Delivered {
+        resolved_ambiguity = conn
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM attempts
+                                 WHERE delivery = ?1 AND number < ?2 AND ambiguous)",
+            )?
+            .query_row(params![f.delivery, f.attempt], |r| r.get(0))?;
         conn.prepare_cached(
             "INSERT INTO order_keys (source, target, order_key, last_version, updated_at)
              SELECT source, target, order_key, order_version, ?2 FROM deliveries
@@ -197,7 +229,10 @@ pub fn finish(conn: &Connection, f: &Finished, now: &str) -> rusqlite::Result<bo
         )?
         .execute(params![f.delivery, now])?;
     }
-    Ok(changed == 1)
+    Ok(Recorded {
+        applied,
+        resolved_ambiguity,
+    })
 }
 
 /// Returns every delivery whose lease expired to the queue, due now: its attempt was cut

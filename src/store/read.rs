@@ -52,6 +52,14 @@ pub fn delivery_counts(conn: &Connection) -> rusqlite::Result<Vec<(String, i64)>
         .collect()
 }
 
+/// When the oldest delivery still pending or in flight was created, if any.
+pub fn oldest_pending(conn: &Connection) -> rusqlite::Result<Option<String>> {
+    conn.prepare_cached(
+        "SELECT min(created_at) FROM deliveries WHERE state IN ('pending', 'in_flight')",
+    )?
+    .query_row([], |r| r.get(0))
+}
+
 /// The pool. Connections open lazily, so this succeeds before the first query.
 pub fn pool(path: &Path) -> Pool {
     r2d2::Pool::builder()

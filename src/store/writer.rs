@@ -25,7 +25,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::{mpsc, oneshot};
 
 use super::ingest::{self, NewEvent, Stored};
-use super::queue::{self, ClaimRequest, Claimed, Finished};
+use super::queue::{self, ClaimRequest, Claimed, Finished, Recorded};
 use crate::clock;
 use crate::config::Synchronous;
 use crate::metrics::Metrics;
@@ -106,7 +106,13 @@ enum Op {
     Job(Box<dyn Job>),
     /// Answered when the writer loop reaches it: proves the thread is alive and draining.
     Ping(oneshot::Sender<()>),
+    /// Checkpoint the WAL if idle (see [`Writer::checkpoint_if_idle`]).
+    Checkpoint(oneshot::Sender<()>),
 }
+
+/// How long the writer must have been idle before a checkpoint: a checkpoint copies pages
+/// into the database file, which webhooks arriving meanwhile would wait behind.
+pub const IDLE_BEFORE_CHECKPOINT: Duration = Duration::from_secs(5);
 
 /// What the writer reports about itself, for `/readyz` and the watchdog.
 #[derive(Debug, Default)]
@@ -137,6 +143,8 @@ impl Writer {
             last_commit_ok: AtomicBool::new(true),
         });
         let state = Loop {
+            last_job: Instant::now(),
+            wal_dirty: true,
             conn: Some(conn),
             path,
             sync,
@@ -168,11 +176,29 @@ impl Writer {
     }
 
     /// Records one attempt and the delivery's next state (see [`queue::finish`]).
-    pub async fn finish(&self, finished: Finished) -> Result<bool, WriteError> {
+    pub async fn finish(&self, finished: Finished) -> Result<Recorded, WriteError> {
         self.submit(false, true, move |conn, now| {
             queue::finish(conn, &finished, now)
         })
         .await
+    }
+
+    /// Runs `work` in the next batch's transaction and returns its result after the commit.
+    pub async fn job<T, F>(&self, work: F) -> Result<T, WriteError>
+    where
+        T: Send + 'static,
+        F: FnMut(&Connection, &str) -> rusqlite::Result<T> + Send + 'static,
+    {
+        self.submit(false, true, work).await
+    }
+
+    /// Asks for a WAL checkpoint, done only if the writer has had nothing to do for
+    /// [`IDLE_BEFORE_CHECKPOINT`].
+    pub async fn checkpoint_if_idle(&self) {
+        let (reply, answer) = oneshot::channel();
+        if self.tx.send(Op::Checkpoint(reply)).await.is_ok() {
+            let _ = answer.await;
+        }
     }
 
     /// Returns deliveries whose lease expired to the queue (see [`queue::sweep`]).
@@ -223,6 +249,10 @@ impl Writer {
 }
 
 struct Loop {
+    /// When the last job ran, for idle checkpoints.
+    last_job: Instant,
+    /// Something was committed since the last complete checkpoint.
+    wal_dirty: bool,
     /// None after a failure: the next batch reopens it. A connection that saw an I/O error
     /// is not trusted again (fsync failures cannot be retried on the same handle).
     conn: Option<Connection>,
@@ -252,11 +282,23 @@ impl Loop {
     fn commit(&mut self, batch: &mut Vec<Op>) {
         let mut jobs = Vec::with_capacity(batch.len());
         let mut pings = Vec::new();
+        let mut checkpoint = false;
         for op in batch.drain(..) {
             match op {
                 Op::Job(job) => jobs.push(job),
                 Op::Ping(reply) => pings.push(reply),
+                Op::Checkpoint(reply) => {
+                    checkpoint = true;
+                    pings.push(reply);
+                }
             }
+        }
+        if !jobs.is_empty() {
+            self.last_job = Instant::now();
+            self.wal_dirty = true;
+        } else if checkpoint && self.wal_dirty && self.last_job.elapsed() >= IDLE_BEFORE_CHECKPOINT
+        {
+            self.checkpoint();
         }
         let events = jobs.iter().filter(|j| j.is_event()).count();
         let batch_error = if jobs.is_empty() {
@@ -294,6 +336,31 @@ impl Loop {
         }
         for ping in pings {
             let _ = ping.send(());
+        }
+    }
+
+    /// Moves the WAL's pages into the database and truncates it, unless a reader holds an
+    /// old snapshot: then nothing waits (the busy timeout is off for the duration), and the
+    /// next idle moment tries again.
+    fn checkpoint(&mut self) {
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        let _ = conn.busy_timeout(Duration::ZERO);
+        let result: rusqlite::Result<(i64, i64, i64)> =
+            conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            });
+        let _ = conn.busy_timeout(super::WRITE_LOCK_TIMEOUT);
+        match result {
+            // Not again until something was written.
+            Ok((0, _, _)) => self.wal_dirty = false,
+            Ok((_, log, done)) => tracing::debug!(
+                log,
+                done,
+                "idle checkpoint incomplete: a reader holds an old snapshot"
+            ),
+            Err(e) => tracing::debug!(error = %e, "idle checkpoint failed"),
         }
     }
 

@@ -25,13 +25,21 @@ const CONNECTIONS: usize = 8;
 struct Proc {
     child: Child,
     public: SocketAddr,
+    /// Everything it wrote to stderr so far.
+    logs: Arc<Mutex<Vec<String>>>,
 }
 
 impl Proc {
     fn spawn(config: &Path) -> Proc {
+        Self::spawn_with(config, &[])
+    }
+
+    /// Starts `hookinbox serve --config CONFIG EXTRA…` and waits until it listens.
+    fn spawn_with(config: &Path, extra: &[&str]) -> Proc {
         let mut child = Command::new(env!("CARGO_BIN_EXE_hookinbox"))
             .args(["serve", "--config"])
             .arg(config)
+            .args(extra)
             .env("RUST_LOG", "warn,hookinbox::commands::serve=info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -39,6 +47,7 @@ impl Proc {
             .spawn()
             .expect("the hookinbox binary starts");
         let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let logs: Arc<Mutex<Vec<String>>> = Arc::default();
         let public = loop {
             let line = lines
                 .next()
@@ -46,15 +55,39 @@ impl Proc {
                     panic!("hookinbox exited before listening: {:?}", child.try_wait())
                 })
                 .unwrap();
-            if let Some(addr) = line
+            logs.lock().unwrap().push(line.clone());
+            // The text format says public=ADDR; the JSON format has it as a field.
+            let text = line
                 .split_whitespace()
                 .find_map(|w| w.strip_prefix("public="))
-            {
+                .map(str::to_owned);
+            let json = serde_json::from_str::<serde_json::Value>(&line)
+                .ok()
+                .and_then(|v| v["fields"]["public"].as_str().map(str::to_owned));
+            if let Some(addr) = text.or(json) {
                 break addr.parse().unwrap();
             }
         };
-        std::thread::spawn(move || lines.for_each(drop));
-        Proc { child, public }
+        let sink = logs.clone();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Proc {
+            child,
+            public,
+            logs,
+        }
+    }
+
+    /// Sends a signal by name (HUP, TERM, …).
+    fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{name}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
     }
 
     fn sigkill(mut self) {
@@ -64,11 +97,7 @@ impl Proc {
 
     /// SIGTERM, and the exit status of a graceful shutdown.
     fn sigterm(mut self) -> std::process::ExitStatus {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
+        self.signal("TERM");
         self.child.wait().unwrap()
     }
 }
@@ -410,4 +439,109 @@ async fn sigterm_under_load_exits_0_in_time_and_loses_nothing() {
     let ledger = ledger.lock().unwrap();
     assert!(!ledger.acked.is_empty());
     check(&db, &ledger);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_secrets_keeps_requests_in_flight_and_refuses_a_broken_file() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const OLD: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    const NEW: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+    let d = deploy(ONE_SOURCE);
+    let proc = Proc::spawn_with(&d.config, &["--log-format", "json"]);
+    let base = format!("http://{}", proc.public);
+    let client = client();
+    let scheme_with = |secret: &str| {
+        let text = std::fs::read_to_string(&d.config)
+            .unwrap()
+            .replace(OLD, secret)
+            .replace(NEW, secret);
+        let path = d.config.with_extension("probe.toml");
+        std::fs::write(&path, text).unwrap();
+        hookinbox::config::load(&path)
+            .unwrap()
+            .sources
+            .remove(0)
+            .scheme
+    };
+    let (old, new) = (scheme_with(OLD), scheme_with(NEW));
+    let post = |scheme: &hookinbox::scheme::Scheme, id: &str| {
+        let req = sign_with(
+            scheme,
+            id,
+            &event_body(id, ""),
+            hookinbox::clock::unix_now(),
+        );
+        let (client, base) = (client.clone(), base.clone());
+        async move {
+            send(&client, &base, "sw", &req)
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    assert_eq!(post(&old, "before").await, 200);
+    assert_eq!(post(&new, "before_new").await, 401);
+
+    // A request signed with the old secret is half-sent when the reload happens.
+    let slow = sign_with(
+        &old,
+        "in_flight",
+        &event_body("in_flight", "slow"),
+        hookinbox::clock::unix_now(),
+    );
+    let mut stream = tokio::net::TcpStream::connect(proc.public).await.unwrap();
+    let mut head = format!(
+        "POST /hooks/sw HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n",
+        slow.body.len()
+    );
+    for (k, v) in &slow.headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(&slow.body[..10]).await.unwrap();
+
+    let text = std::fs::read_to_string(&d.config).unwrap();
+    std::fs::write(&d.config, text.replace(OLD, NEW)).unwrap();
+    proc.signal("HUP");
+    let reloaded = async {
+        loop {
+            if post(&new, "after").await == 200 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), reloaded)
+        .await
+        .expect("the new secret works after SIGHUP");
+    assert_eq!(post(&old, "after_old").await, 401, "the old secret is gone");
+
+    stream.write_all(&slow.body[10..]).await.unwrap();
+    let mut answer = vec![0u8; 64];
+    let n = stream.read(&mut answer).await.unwrap();
+    let answer = String::from_utf8_lossy(&answer[..n]).into_owned();
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "the request in flight kept its configuration: {answer}"
+    );
+
+    // A broken file is refused and the running configuration stays.
+    std::fs::write(&d.config, "this is [not toml").unwrap();
+    proc.signal("HUP");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(post(&new, "after_broken").await, 200);
+    let logs = proc.logs.lock().unwrap().clone();
+    assert!(
+        logs.iter().any(|l| l.contains("reload refused")),
+        "{logs:?}"
+    );
+    // --log-format json: every line is a JSON object.
+    for line in &logs {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(v["level"].is_string() && v["fields"].is_object(), "{line}");
+    }
+    assert!(proc.sigterm().success());
 }

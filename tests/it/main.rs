@@ -13,9 +13,13 @@
 //! - `limits`: body size (declared and chunked), stalled bodies, silent clients.
 //! - `store_failure`: a full disk and a locked database answer 503, never 2xx, and recover.
 //! - `group_commit`: concurrent requests share commits, and each answer waits for its own.
-//! - `crash`: SIGKILL of the real binary at random moments loses no acknowledged event.
+//! - `crash`: the real binary: SIGKILL at random moments loses no acknowledged event, nor a
+//!   delivery in flight; SIGTERM under load; SIGHUP reloads secrets.
+//! - `operate`: replay, retention, backup, metrics and `check` against a filled inbox.
 //! - `inbox_sqlite`: the inbox is readable with the system's `sqlite3` while serving.
 //! - `cli`: the binary's `check` and its error messages.
+//! - `inspect`: `events`, `show`, `conflicts` and `dead` on a real inbox: filters, pages,
+//!   exact bodies, exit codes, and provider strings escaped before a terminal.
 //! - `scheme_props`: property tests: no header value makes a scheme panic or accept.
 
 mod cli;
@@ -24,7 +28,9 @@ mod dedup;
 mod deliver;
 mod group_commit;
 mod inbox_sqlite;
+mod inspect;
 mod limits;
+mod operate;
 mod scheme_props;
 mod schemes;
 mod sink;

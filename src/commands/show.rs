@@ -1,0 +1,506 @@
+//! `hookinbox show ID`: one event with everything the inbox knows about it: identity,
+//! stored headers, optionally the body, and every delivery with every attempt.
+//!
+//! The body is the exact bytes a provider signed. Piped or redirected, `show ID --body`
+//! writes those bytes and nothing else, so `show ID --body > file` reproduces them; to a
+//! terminal it shows them escaped inside the listing, since a body is provider-controlled.
+
+use std::fmt::Display;
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::Context as _;
+use base64::Engine as _;
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+
+use super::NotFound;
+use crate::store;
+use crate::terminal::{escape, escape_block};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// The event: its row id (the ID column of `hookinbox events`) or the provider's event
+    /// id. Digits name the row with that id if there is one, else a provider event id
+    #[arg(value_name = "ID")]
+    pub id: String,
+    /// Read ID as a provider event id of this source, never a row id (needed when several
+    /// sources stored the same provider id)
+    #[arg(long, value_name = "NAME")]
+    pub source: Option<String>,
+    /// Also print the body. Piped or redirected, only the body's exact bytes are written
+    /// (`show ID --body > file`); on a terminal it is shown escaped after the headers.
+    /// --json always includes it
+    #[arg(long)]
+    pub body: bool,
+    /// Print JSON instead of text
+    #[arg(long)]
+    pub json: bool,
+    /// Whether the output is a terminal: not a flag, set by the caller (`cli` asks
+    /// `IsTerminal` of stdout). Decides how --body prints; kept out of `run` so that tests
+    /// can drive both ways.
+    #[arg(skip)]
+    pub terminal: bool,
+}
+
+/// Events listed in the error for an ambiguous provider id before "…": enough to see which
+/// sources and accounts are involved.
+const MAX_AMBIGUOUS_LISTED: i64 = 20;
+
+/// The JSON output, and what the text output prints.
+#[derive(Debug, Serialize)]
+struct Shown {
+    id: i64,
+    source: String,
+    account: String,
+    event_id: String,
+    event_type: Option<String>,
+    size: i64,
+    sha256: String,
+    received_at: String,
+    provider_time: Option<String>,
+    /// True once retention dropped the body and headers.
+    pruned: bool,
+    pruned_at: Option<String>,
+    /// `[[name, value], …]` as stored (credentials removed at receipt); null once pruned.
+    headers: Option<serde_json::Value>,
+    /// The body as text when it is UTF-8, else base64 (see `body_encoding`); null once
+    /// pruned.
+    body: Option<String>,
+    /// "utf-8" or "base64"; null when there is no body.
+    body_encoding: Option<&'static str>,
+    deliveries: Vec<Delivery>,
+    #[serde(skip)]
+    raw_body: Option<Vec<u8>>,
+}
+
+#[derive(Debug, Serialize)]
+struct Delivery {
+    id: i64,
+    target: String,
+    state: String,
+    attempts: i64,
+    next_attempt_at: String,
+    lease_until: Option<String>,
+    last_error: Option<String>,
+    idempotency_key: String,
+    created_at: String,
+    updated_at: String,
+    /// Every attempt, oldest first (`attempts` is their count, kept in the delivery row).
+    history: Vec<Attempt>,
+}
+
+#[derive(Debug, Serialize)]
+struct Attempt {
+    number: i64,
+    started_at: String,
+    outcome: String,
+    /// The HTTP status, or the command's exit code.
+    status: Option<i64>,
+    duration_ms: i64,
+    error: Option<String>,
+    output: Option<String>,
+}
+
+pub fn run(db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
+    let conn =
+        store::read::open(db).with_context(|| format!("opening the inbox {}", db.display()))?;
+    let id = resolve(&conn, &args.id, args.source.as_deref())?;
+    let shown =
+        load(&conn, id).with_context(|| format!("reading event {id} from {}", db.display()))?;
+    drop(conn);
+
+    if args.json {
+        crate::terminal::write_json(out, &shown)?;
+        return Ok(());
+    }
+    if args.body && !args.terminal {
+        let Some(body) = &shown.raw_body else {
+            return Err(pruned(&shown).into());
+        };
+        out.write_all(body)?;
+        return Ok(());
+    }
+    print(&shown, args.body, out)?;
+    Ok(())
+}
+
+/// The row id of the event `id` names: a row id when it is digits (and no `--source`), else
+/// the one event with that provider id.
+pub fn resolve(conn: &Connection, id: &str, source: Option<&str>) -> anyhow::Result<i64> {
+    // Digits are a row id when such a row exists; some providers' ids are numbers too, so
+    // otherwise they fall through to the provider id. (`parse` alone would take "+5".)
+    let digits = !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit());
+    if source.is_none()
+        && digits
+        && let Ok(row) = id.parse::<i64>()
+        && conn
+            .query_row("SELECT 1 FROM events WHERE id = ?1", [row], |_| Ok(()))
+            .optional()?
+            .is_some()
+    {
+        return Ok(row);
+    }
+    // No index on event_id alone (the unique index leads with source): without --source
+    // this scans the events table, which is fine for an operator's one-off command.
+    let matches: Vec<(i64, String, String)> = conn
+        .prepare(
+            "SELECT id, source, account FROM events
+              WHERE event_id = ?1 AND (?2 IS NULL OR source = ?2)
+              ORDER BY id LIMIT ?3",
+        )?
+        .query_map(params![id, source, MAX_AMBIGUOUS_LISTED + 1], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    match matches.as_slice() {
+        [] => {
+            let place = match source {
+                Some(s) => format!(" in source \"{}\"", escape(s)),
+                None => String::new(),
+            };
+            // Quoted by hand: `{:?}` would double the backslashes `escape` wrote.
+            Err(NotFound(format!(
+                "no event \"{}\"{place}: give a row id or a provider event id as \
+                 `hookinbox events` lists them",
+                escape(id)
+            ))
+            .into())
+        }
+        [(row, _, _)] => Ok(*row),
+        several => {
+            let mut listed: Vec<String> = several
+                .iter()
+                .take(MAX_AMBIGUOUS_LISTED as usize)
+                .map(|(row, source, account)| {
+                    format!(
+                        "  source {}  account {}  id {row}",
+                        escape(source),
+                        if account.is_empty() {
+                            "-".into()
+                        } else {
+                            escape(account)
+                        }
+                    )
+                })
+                .collect();
+            if several.len() as i64 > MAX_AMBIGUOUS_LISTED {
+                listed.push("  …".into());
+            }
+            anyhow::bail!(
+                "event id \"{}\" matches several events:\n{}\nnarrow it with --source NAME, or \
+                 show one by its row id: hookinbox show {}",
+                escape(id),
+                listed.join("\n"),
+                several[0].0
+            )
+        }
+    }
+}
+
+/// Reads the event, its deliveries and their attempts. Three short queries, not one
+/// transaction (reads never hold one open): an attempt that lands between them can show in
+/// a delivery's history before its `attempts` count; the next `show` agrees again.
+fn load(conn: &Connection, id: i64) -> anyhow::Result<Shown> {
+    let mut shown = conn.query_row(
+        "SELECT id, source, account, event_id, event_type, size, sha256, received_at,
+                provider_time, pruned_at, headers, body
+           FROM events WHERE id = ?1",
+        [id],
+        |r| {
+            // TEXT when the body was UTF-8, BLOB otherwise, NULL once pruned: the bytes
+            // either way.
+            let raw_body = r.get_ref(11)?.as_bytes_or_null()?.map(<[u8]>::to_vec);
+            let headers: Option<String> = r.get(10)?;
+            Ok(Shown {
+                id: r.get(0)?,
+                source: r.get(1)?,
+                account: r.get(2)?,
+                event_id: r.get(3)?,
+                event_type: r.get(4)?,
+                size: r.get(5)?,
+                sha256: r.get(6)?,
+                received_at: r.get(7)?,
+                provider_time: r.get(8)?,
+                pruned: raw_body.is_none(),
+                pruned_at: r.get(9)?,
+                // Written by hookinbox as JSON; anything else is shown as the text it is.
+                headers: headers
+                    .map(|h| serde_json::from_str(&h).unwrap_or(serde_json::Value::String(h))),
+                body: None,
+                body_encoding: None,
+                deliveries: Vec::new(),
+                raw_body,
+            })
+        },
+    )?;
+    (shown.body, shown.body_encoding) = match &shown.raw_body {
+        None => (None, None),
+        Some(b) => match std::str::from_utf8(b) {
+            Ok(text) => (Some(text.to_owned()), Some("utf-8")),
+            Err(_) => (
+                Some(base64::engine::general_purpose::STANDARD.encode(b)),
+                Some("base64"),
+            ),
+        },
+    };
+
+    shown.deliveries = conn
+        .prepare(
+            "SELECT id, target, state, attempts, next_attempt_at, lease_until, last_error,
+                    idempotency_key, created_at, updated_at
+               FROM deliveries WHERE event = ?1 ORDER BY id",
+        )?
+        .query_map([id], |r| {
+            Ok(Delivery {
+                id: r.get(0)?,
+                target: r.get(1)?,
+                state: r.get(2)?,
+                attempts: r.get(3)?,
+                next_attempt_at: r.get(4)?,
+                lease_until: r.get(5)?,
+                last_error: r.get(6)?,
+                idempotency_key: r.get(7)?,
+                created_at: r.get(8)?,
+                updated_at: r.get(9)?,
+                history: Vec::new(),
+            })
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+
+    let mut stmt = conn.prepare(
+        "SELECT a.delivery, a.number, a.started_at, a.outcome, a.status, a.duration_ms,
+                a.error, a.output
+           FROM attempts a JOIN deliveries d ON d.id = a.delivery
+          WHERE d.event = ?1 ORDER BY a.delivery, a.number, a.id",
+    )?;
+    let attempts = stmt.query_map([id], |r| {
+        Ok((
+            r.get::<_, i64>(0)?,
+            Attempt {
+                number: r.get(1)?,
+                started_at: r.get(2)?,
+                outcome: r.get(3)?,
+                status: r.get(4)?,
+                duration_ms: r.get(5)?,
+                error: r.get(6)?,
+                output: r.get(7)?,
+            },
+        ))
+    })?;
+    for a in attempts {
+        let (delivery, attempt) = a?;
+        // A delivery inserted after the query above is not shown; its attempts neither.
+        if let Some(d) = shown.deliveries.iter_mut().find(|d| d.id == delivery) {
+            d.history.push(attempt);
+        }
+    }
+    Ok(shown)
+}
+
+fn pruned(shown: &Shown) -> NotFound {
+    NotFound(format!(
+        "event {} has no body any more: it was pruned at {} (the source's keep_payload); \
+         its identity and deliveries remain",
+        shown.id,
+        shown.pruned_at.as_deref().unwrap_or("an unknown time")
+    ))
+}
+
+/// The text form: `label  value` lines, every provider-controlled value escaped.
+fn print(s: &Shown, with_body: bool, out: &mut impl Write) -> std::io::Result<()> {
+    /// Where values start: after the deepest indent (4) and the longest label
+    /// ("idempotency key" at 2), and a space.
+    const VALUE_COLUMN: usize = 19;
+    fn field(
+        out: &mut impl Write,
+        indent: &str,
+        label: &str,
+        value: impl Display,
+    ) -> std::io::Result<()> {
+        let width = VALUE_COLUMN - 1 - indent.len();
+        writeln!(out, "{indent}{label:<width$} {value}")
+    }
+    fn or_dash(v: &Option<String>) -> std::borrow::Cow<'_, str> {
+        v.as_deref().map_or("-".into(), escape)
+    }
+
+    writeln!(out, "event {}", s.id)?;
+    field(out, "  ", "source", escape(&s.source))?;
+    field(
+        out,
+        "  ",
+        "account",
+        if s.account.is_empty() {
+            "-".into()
+        } else {
+            escape(&s.account)
+        },
+    )?;
+    field(out, "  ", "event id", escape(&s.event_id))?;
+    field(out, "  ", "type", or_dash(&s.event_type))?;
+    field(out, "  ", "size", format_args!("{} bytes", s.size))?;
+    field(out, "  ", "sha256", escape(&s.sha256))?;
+    field(out, "  ", "received at", escape(&s.received_at))?;
+    field(out, "  ", "provider time", or_dash(&s.provider_time))?;
+    match (&s.pruned_at, s.pruned) {
+        (_, false) => field(out, "  ", "payload", "stored")?,
+        (Some(at), true) => field(
+            out,
+            "  ",
+            "payload",
+            format_args!("pruned at {}", escape(at)),
+        )?,
+        (None, true) => field(out, "  ", "payload", "pruned")?,
+    }
+
+    writeln!(out, "headers")?;
+    match &s.headers {
+        None => writeln!(out, "  (pruned)")?,
+        Some(serde_json::Value::Array(pairs)) => {
+            for pair in pairs {
+                match pair.as_array().map(Vec::as_slice) {
+                    Some([serde_json::Value::String(n), serde_json::Value::String(v)]) => {
+                        writeln!(out, "  {}: {}", escape(n), escape(v))?
+                    }
+                    _ => writeln!(out, "  {}", escape(&pair.to_string()))?,
+                }
+            }
+        }
+        Some(serde_json::Value::String(raw)) => writeln!(out, "  {}", escape(raw))?,
+        Some(other) => writeln!(out, "  {}", escape(&other.to_string()))?,
+    }
+
+    if with_body {
+        writeln!(out, "body")?;
+        match &s.raw_body {
+            None => writeln!(out, "  (pruned)")?,
+            Some(b) => {
+                let text = String::from_utf8_lossy(b);
+                if matches!(text, std::borrow::Cow::Owned(_)) {
+                    writeln!(
+                        out,
+                        "  (not UTF-8: invalid bytes are shown as \u{fffd}; `hookinbox show {} \
+                         --body > FILE` writes the exact bytes)",
+                        s.id
+                    )?;
+                }
+                for line in escape_block(&text).lines() {
+                    writeln!(out, "  {line}")?;
+                }
+            }
+        }
+    }
+
+    if s.deliveries.is_empty() {
+        writeln!(out, "deliveries")?;
+        writeln!(out, "  (none: the source has no targets)")?;
+    }
+    for d in &s.deliveries {
+        writeln!(
+            out,
+            "delivery {} to {}: {}",
+            d.id,
+            escape(&d.target),
+            escape(&d.state)
+        )?;
+        field(out, "  ", "attempts", d.attempts)?;
+        field(out, "  ", "next attempt at", escape(&d.next_attempt_at))?;
+        field(out, "  ", "lease until", or_dash(&d.lease_until))?;
+        field(out, "  ", "last error", or_dash(&d.last_error))?;
+        field(out, "  ", "idempotency key", escape(&d.idempotency_key))?;
+        field(out, "  ", "updated at", escape(&d.updated_at))?;
+        for a in &d.history {
+            let status = a.status.map_or("-".into(), |s| s.to_string());
+            writeln!(
+                out,
+                "  attempt {}  {}  {}  status {status}  {} ms",
+                a.number,
+                escape(&a.started_at),
+                escape(&a.outcome),
+                a.duration_ms
+            )?;
+            if a.error.is_some() {
+                field(out, "    ", "error", or_dash(&a.error))?;
+            }
+            if a.output.is_some() {
+                field(out, "    ", "output", or_dash(&a.output))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(body: Option<&[u8]>) -> Shown {
+        Shown {
+            id: 7,
+            source: "sw".into(),
+            account: String::new(),
+            event_id: "evt\u{202e}1".into(),
+            event_type: Some("\x1b[2Jwipe".into()),
+            size: 3,
+            sha256: "ab".into(),
+            received_at: "2026-11-30T07:31:02.123Z".into(),
+            provider_time: None,
+            pruned: body.is_none(),
+            pruned_at: body.is_none().then(|| "2026-12-30T00:00:00.000Z".into()),
+            headers: Some(serde_json::json!([["x-note", "a\u{1b}]0;title\u{7}"]])),
+            body: None,
+            body_encoding: None,
+            deliveries: vec![Delivery {
+                id: 1,
+                target: "app".into(),
+                state: "dead".into(),
+                attempts: 1,
+                next_attempt_at: "2026-11-30T07:31:02.123Z".into(),
+                lease_until: None,
+                last_error: Some("410 Gone\r\nfake: line".into()),
+                idempotency_key: "k".into(),
+                created_at: "2026-11-30T07:31:02.123Z".into(),
+                updated_at: "2026-11-30T07:31:02.123Z".into(),
+                history: vec![Attempt {
+                    number: 1,
+                    started_at: "2026-11-30T07:31:02.200Z".into(),
+                    outcome: "dead".into(),
+                    status: Some(410),
+                    duration_ms: 4,
+                    error: None,
+                    output: Some("\u{9b}31mred".into()),
+                }],
+            }],
+            raw_body: body.map(<[u8]>::to_vec),
+        }
+    }
+
+    fn text(s: &Shown, with_body: bool) -> String {
+        let mut out = Vec::new();
+        print(s, with_body, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn the_terminal_listing_escapes_every_provider_string() {
+        let t = text(&event(Some(b"{\n\"a\":\"\x1b[31m\"}\xff")), true);
+        for bad in ['\x1b', '\u{202e}', '\r', '\x07', '\u{9b}'] {
+            assert!(!t.contains(bad), "{bad:?} in {t}");
+        }
+        assert!(
+            t.contains(r"\x1b[2Jwipe") && t.contains(r"evt\u{202e}1"),
+            "{t}"
+        );
+        // The body keeps its lines, indented; the invalid byte is announced.
+        assert!(t.contains("  {\n  \"a\":\"\\x1b[31m\"}\u{fffd}\n"), "{t}");
+        assert!(t.contains("not UTF-8"), "{t}");
+    }
+
+    #[test]
+    fn a_pruned_event_says_so() {
+        let t = text(&event(None), true);
+        assert!(t.contains("pruned at 2026-12-30"), "{t}");
+        assert!(pruned(&event(None)).0.contains("keep_payload"));
+    }
+}

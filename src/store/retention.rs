@@ -1,0 +1,243 @@
+//! Retention: keeps the inbox from growing without bound, per source.
+//!
+//! - After `keep_payload`, a finished event (no delivery pending or in flight) loses its body
+//!   and headers; its compact identity row stays, so a late redelivery is still a duplicate.
+//! - After `keep_identity`, the identity row goes too, with its deliveries and attempts.
+//! - Conflicts and attempt history are kept for `keep_payload`; ordering state for
+//!   `keep_identity`.
+//!
+//! Work is done in chunks of [`CHUNK`] rows, one short transaction each, so a prune never
+//! holds the write lock for long; inside `serve` every chunk is one job of the writer, so it
+//! shares batches with incoming webhooks instead of competing with them.
+
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
+
+use rusqlite::{Connection, params};
+use serde::Serialize;
+use tokio::sync::watch;
+
+use super::writer::Writer;
+use crate::clock;
+use crate::config::Source;
+
+/// Rows changed per transaction.
+pub const CHUNK: i64 = 500;
+/// How often `serve` applies retention.
+pub const INTERVAL: Duration = Duration::from_secs(600);
+/// How often `serve` offers the writer an idle WAL checkpoint.
+pub const CHECKPOINT_EVERY: Duration = Duration::from_secs(10);
+
+/// One source's retention windows.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    pub source: String,
+    pub keep_payload: Duration,
+    pub keep_identity: Duration,
+}
+
+impl Rule {
+    pub fn of(source: &Source) -> Rule {
+        Rule {
+            source: source.name.clone(),
+            keep_payload: source.keep_payload,
+            keep_identity: source.keep_identity,
+        }
+    }
+}
+
+/// The rules in force; replaced on a config reload.
+#[derive(Clone)]
+pub struct Settings(Arc<RwLock<Arc<Vec<Rule>>>>);
+
+impl Settings {
+    pub fn new(sources: &[Arc<Source>]) -> Settings {
+        Settings(Arc::new(RwLock::new(Arc::new(
+            sources.iter().map(|s| Rule::of(s)).collect(),
+        ))))
+    }
+
+    pub fn replace(&self, sources: &[Arc<Source>]) {
+        *self.0.write().expect("no panics while holding the lock") =
+            Arc::new(sources.iter().map(|s| Rule::of(s)).collect());
+    }
+
+    pub fn rules(&self) -> Arc<Vec<Rule>> {
+        self.0
+            .read()
+            .expect("no panics while holding the lock")
+            .clone()
+    }
+}
+
+/// What a prune removed (or, in a dry run, would remove).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Pruned {
+    /// Events whose body and headers were dropped.
+    pub payloads: i64,
+    /// Identity rows deleted, with their deliveries and attempts.
+    pub events: i64,
+    pub conflicts: i64,
+    pub attempts: i64,
+    pub order_keys: i64,
+}
+
+impl Pruned {
+    pub fn total(&self) -> i64 {
+        self.payloads + self.events + self.conflicts + self.attempts + self.order_keys
+    }
+
+    pub fn add(&mut self, o: Pruned) {
+        self.payloads += o.payloads;
+        self.events += o.events;
+        self.conflicts += o.conflicts;
+        self.attempts += o.attempts;
+        self.order_keys += o.order_keys;
+    }
+}
+
+/// The cut-off times of a rule, as inbox text.
+struct Cutoffs {
+    payload: String,
+    identity: String,
+}
+
+fn cutoffs(rule: &Rule, now: SystemTime) -> Cutoffs {
+    let before = |d: Duration| clock::iso(now.checked_sub(d).unwrap_or(SystemTime::UNIX_EPOCH));
+    Cutoffs {
+        payload: before(rule.keep_payload),
+        identity: before(rule.keep_identity),
+    }
+}
+
+/// A finished event: nothing of it is waiting to be delivered.
+const FINISHED: &str = "NOT EXISTS (SELECT 1 FROM deliveries d
+                                 WHERE d.event = e.id AND d.state IN ('pending', 'in_flight'))";
+
+/// One chunk of work for `rule`: at most [`CHUNK`] rows of each kind. Returns what it did;
+/// zero everywhere means the rule is applied.
+pub fn prune_chunk(conn: &Connection, rule: &Rule, now: SystemTime) -> rusqlite::Result<Pruned> {
+    let c = cutoffs(rule, now);
+    let stamp = clock::iso(now);
+    let payloads = conn
+        .prepare_cached(&format!(
+            "UPDATE events SET body = NULL, headers = NULL, pruned_at = ?4
+              WHERE id IN (SELECT e.id FROM events e
+                            WHERE e.source = ?1 AND e.received_at < ?2 AND e.pruned_at IS NULL
+                              AND {FINISHED}
+                            LIMIT ?3)"
+        ))?
+        .execute(params![rule.source, c.payload, CHUNK, stamp])?;
+    let events = conn
+        .prepare_cached(&format!(
+            "DELETE FROM events
+              WHERE id IN (SELECT e.id FROM events e
+                            WHERE e.source = ?1 AND e.received_at < ?2 AND {FINISHED}
+                            LIMIT ?3)"
+        ))?
+        .execute(params![rule.source, c.identity, CHUNK])?;
+    let conflicts = conn
+        .prepare_cached(
+            "DELETE FROM conflicts
+              WHERE id IN (SELECT id FROM conflicts WHERE source = ?1 AND last_seen_at < ?2 LIMIT ?3)",
+        )?
+        .execute(params![rule.source, c.payload, CHUNK])?;
+    let attempts = conn
+        .prepare_cached(
+            "DELETE FROM attempts
+              WHERE id IN (SELECT a.id FROM attempts a JOIN deliveries d ON d.id = a.delivery
+                            WHERE d.source = ?1 AND a.started_at < ?2
+                              AND d.state NOT IN ('pending', 'in_flight')
+                            LIMIT ?3)",
+        )?
+        .execute(params![rule.source, c.payload, CHUNK])?;
+    let order_keys = conn
+        .prepare_cached(
+            "DELETE FROM order_keys
+              WHERE rowid IN (SELECT rowid FROM order_keys
+                               WHERE source = ?1 AND updated_at < ?2 LIMIT ?3)",
+        )?
+        .execute(params![rule.source, c.identity, CHUNK])?;
+    let n = |x: usize| i64::try_from(x).unwrap_or(i64::MAX);
+    Ok(Pruned {
+        payloads: n(payloads),
+        events: n(events),
+        conflicts: n(conflicts),
+        attempts: n(attempts),
+        order_keys: n(order_keys),
+    })
+}
+
+/// What [`prune_chunk`] would do for `rule`, counted in full (a dry run).
+pub fn count(conn: &Connection, rule: &Rule, now: SystemTime) -> rusqlite::Result<Pruned> {
+    let c = cutoffs(rule, now);
+    let one = |sql: &str, cutoff: &str| -> rusqlite::Result<i64> {
+        conn.prepare_cached(sql)?
+            .query_row(params![rule.source, cutoff], |r| r.get(0))
+    };
+    Ok(Pruned {
+        payloads: one(
+            &format!(
+                "SELECT count(*) FROM events e WHERE e.source = ?1 AND e.received_at < ?2
+                    AND e.pruned_at IS NULL AND {FINISHED}"
+            ),
+            &c.payload,
+        )?,
+        events: one(
+            &format!("SELECT count(*) FROM events e WHERE e.source = ?1 AND e.received_at < ?2 AND {FINISHED}"),
+            &c.identity,
+        )?,
+        conflicts: one("SELECT count(*) FROM conflicts WHERE source = ?1 AND last_seen_at < ?2", &c.payload)?,
+        attempts: one(
+            "SELECT count(*) FROM attempts a JOIN deliveries d ON d.id = a.delivery
+              WHERE d.source = ?1 AND a.started_at < ?2 AND d.state NOT IN ('pending', 'in_flight')",
+            &c.payload,
+        )?,
+        order_keys: one("SELECT count(*) FROM order_keys WHERE source = ?1 AND updated_at < ?2", &c.identity)?,
+    })
+}
+
+/// Applies every rule through the writer, chunk by chunk.
+pub async fn apply(writer: &Writer, rules: &[Rule]) -> Result<Pruned, super::writer::WriteError> {
+    let mut total = Pruned::default();
+    for rule in rules {
+        loop {
+            let rule = rule.clone();
+            let done = writer
+                .job(move |conn, _| prune_chunk(conn, &rule, SystemTime::now()))
+                .await?;
+            total.add(done);
+            if done.total() == 0 {
+                break;
+            }
+            // Let webhooks in between chunks.
+            tokio::task::yield_now().await;
+        }
+    }
+    Ok(total)
+}
+
+/// `serve`'s maintenance: retention every [`INTERVAL`] (the first a minute after start),
+/// and an offer of an idle WAL checkpoint every [`CHECKPOINT_EVERY`].
+pub async fn run_periodically(writer: Writer, settings: Settings, mut stop: watch::Receiver<bool>) {
+    let mut checkpoint = tokio::time::interval(CHECKPOINT_EVERY);
+    checkpoint.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut prune = tokio::time::interval_at(
+        tokio::time::Instant::now() + Duration::from_secs(60),
+        INTERVAL,
+    );
+    prune.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = checkpoint.tick() => writer.checkpoint_if_idle().await,
+            _ = prune.tick() => match apply(&writer, &settings.rules()).await {
+                Ok(p) if p.total() > 0 => tracing::info!(
+                    payloads = p.payloads, events = p.events, conflicts = p.conflicts,
+                    attempts = p.attempts, order_keys = p.order_keys, "retention applied"),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "retention failed; it will be tried again"),
+            },
+        }
+    }
+}

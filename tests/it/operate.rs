@@ -1,0 +1,369 @@
+//! Operating hookinbox: replay, retention, backup, metrics, reload, logs. The commands are
+//! run as the real binary against an inbox that a real server filled.
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::sink::{Reply, Sink};
+use crate::support::*;
+
+/// Runs the real binary; returns (exit code, stdout, stderr).
+pub fn hookinbox(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_hookinbox"))
+        .args(args)
+        .env_remove("HOOKINBOX_CONFIG")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn config_arg(server: &TestServer) -> String {
+    server.config.path.display().to_string()
+}
+
+fn delivery_state(server: &TestServer, event_id: &str) -> String {
+    server
+        .read()
+        .query_row(
+            "SELECT d.state FROM deliveries d JOIN events e ON e.id = d.event WHERE e.event_id = ?1",
+            [event_id],
+            |r| r.get(0),
+        )
+        .unwrap()
+}
+
+#[tokio::test]
+async fn replay_of_a_dead_delivery_reaches_the_target_again_under_the_same_key() {
+    let accept = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = accept.clone();
+    let sink = Sink::start(move |_, _| {
+        Reply::Status(if flag.load(std::sync::atomic::Ordering::SeqCst) {
+            200
+        } else {
+            410
+        })
+    })
+    .await;
+    let server = TestServer::start(&forwarding(&sink.url(), "timeout = \"2s\"")).await;
+    let req = server.sign("sw", "msg_dead", &event_body("msg_dead", ""));
+    assert_eq!(server.post("sw", &req).await.0, 200);
+    let conn = server.read();
+    let dead = "SELECT count(*) FROM deliveries WHERE state = 'dead'";
+    assert_eq!(wait_for_count(&conn, dead, 1).await, 1);
+
+    // A dry run changes nothing.
+    let config = config_arg(&server);
+    let (code, out, err) = hookinbox(&[
+        "replay",
+        "--dead",
+        "--dry-run",
+        "--json",
+        "--config",
+        &config,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["requeued"], 1);
+    assert_eq!(delivery_state(&server, "msg_dead"), "dead");
+
+    accept.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (code, out, err) = hookinbox(&["replay", "--dead", "--source", "sw", "--config", &config]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("re-queued 1 deliveries"), "{out}");
+    let delivered = "SELECT count(*) FROM deliveries WHERE state = 'delivered'";
+    assert_eq!(wait_for_count(&conn, delivered, 1).await, 1);
+    let seen = sink.received();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(
+        seen[0].key(),
+        seen[1].key(),
+        "the same idempotency key after a replay"
+    );
+    assert_eq!(
+        seen[1].header("x-hookinbox-attempt"),
+        "2",
+        "attempt numbers count on"
+    );
+    assert_eq!(seen[0].body, seen[1].body);
+
+    // One event by its provider id; an unknown one exits 4.
+    let (code, _, err) = hookinbox(&["replay", "msg_dead", "--config", &config]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = hookinbox(&["replay", "no_such_event", "--config", &config]);
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("no event \"no_such_event\""), "{err}");
+    server.stop().await;
+}
+
+/// Checks the exposition format line by line: comments, `name{labels} value` samples with
+/// numeric values, and the closing `# EOF`.
+fn assert_valid_prometheus_text(text: &str) {
+    assert!(text.ends_with("# EOF\n"), "ends with # EOF");
+    for line in text.lines() {
+        if line.starts_with('#') {
+            let kind = line.split_whitespace().nth(1).unwrap_or("");
+            assert!(matches!(kind, "HELP" | "TYPE" | "UNIT" | "EOF"), "{line}");
+            continue;
+        }
+        let (name_labels, value) = line
+            .rsplit_once(' ')
+            .unwrap_or_else(|| panic!("no value: {line}"));
+        assert!(value.parse::<f64>().is_ok() || value == "+Inf", "{line}");
+        let name = name_labels.split('{').next().unwrap();
+        assert!(
+            !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':'),
+            "{line}"
+        );
+        if let Some(labels) = name_labels.strip_prefix(name) {
+            assert!(
+                labels.is_empty() || (labels.starts_with('{') && labels.ends_with('}')),
+                "{line}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn metrics_are_valid_and_count_each_kind_of_request() {
+    let server = TestServer::start(ONE_SOURCE).await;
+    let m = server.metrics().await;
+    assert_valid_prometheus_text(&m);
+    let count = |m: &str, outcome: &str| {
+        metric(
+            m,
+            &format!(r#"hookinbox_requests_total{{source="sw",outcome="{outcome}"}}"#),
+        )
+    };
+
+    let first = server.sign("sw", "msg_m", &event_body("msg_m", "one"));
+    assert_eq!(server.post("sw", &first).await.0, 200);
+    let m1 = server.metrics().await;
+    assert_eq!(count(&m1, "accepted"), 1.0);
+
+    assert_eq!(server.post("sw", &first).await.0, 200);
+    let m2 = server.metrics().await;
+    assert_eq!(count(&m2, "duplicate"), 1.0);
+    assert_eq!(count(&m2, "accepted"), 1.0);
+
+    let other = server.sign("sw", "msg_m", &event_body("msg_m", "two"));
+    assert_eq!(server.post("sw", &other).await.0, 409);
+    let m3 = server.metrics().await;
+    assert_eq!(count(&m3, "conflict"), 1.0);
+
+    let mut forged = server.sign("sw", "msg_f", &event_body("msg_f", ""));
+    forged.set(
+        "webhook-signature",
+        "v1,AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
+    );
+    assert_eq!(server.post("sw", &forged).await.0, 401);
+    let m4 = server.metrics().await;
+    assert_eq!(count(&m4, "rejected"), 1.0);
+    assert_eq!(
+        metric(
+            &m4,
+            r#"hookinbox_signature_failures_total{source="sw",reason="no_match"}"#
+        ),
+        1.0
+    );
+    assert!(metric(&m4, "hookinbox_receipt_lag_seconds_count") >= 1.0);
+    for name in [
+        "hookinbox_deliveries",
+        "hookinbox_oldest_pending_seconds",
+        "hookinbox_wal_bytes",
+        "hookinbox_writer_batch_size",
+    ] {
+        assert!(
+            m4.contains(&format!("# TYPE {name} ")),
+            "{name} is exported"
+        );
+    }
+    assert_valid_prometheus_text(&m4);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn retention_drops_payloads_keeps_identities_and_still_recognises_redeliveries() {
+    let sources = r#"
+[[sources]]
+name = "sw"
+scheme = "standard-webhooks"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+keep_payload = "1s"
+keep_identity = "4s"
+"#;
+    let server = TestServer::start(sources).await;
+    let req = server.sign("sw", "msg_old", &event_body("msg_old", "payload"));
+    assert_eq!(server.post("sw", &req).await.0, 200);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let config = config_arg(&server);
+
+    let (code, out, err) = hookinbox(&["prune", "--dry-run", "--json", "--config", &config]);
+    assert_eq!(code, 0, "{err}");
+    let dry: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(dry["sources"][0]["payloads"], 1);
+    assert!(
+        server.stored_body("sw", "msg_old").is_some(),
+        "a dry run changes nothing"
+    );
+
+    let (code, out, err) = hookinbox(&["prune", "--config", &config]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("removed"), "{out}");
+    assert_eq!(
+        server.stored_body("sw", "msg_old"),
+        None,
+        "the payload is gone"
+    );
+    assert_eq!(
+        server.count("SELECT count(*) FROM events WHERE event_id = 'msg_old'"),
+        1,
+        "the identity stays"
+    );
+
+    // The provider sends it again: still a duplicate, not a new event.
+    let again = server.sign("sw", "msg_old", &event_body("msg_old", "payload"));
+    assert_eq!(server.post("sw", &again).await.0, 200);
+    assert_eq!(server.count("SELECT count(*) FROM events"), 1);
+    let m = server.metrics().await;
+    assert_eq!(
+        metric(
+            &m,
+            r#"hookinbox_requests_total{source="sw",outcome="duplicate"}"#
+        ),
+        1.0
+    );
+
+    // Past keep_identity the row goes too.
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    let (code, _, err) = hookinbox(&["prune", "--config", &config]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(server.count("SELECT count(*) FROM events"), 0);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn backup_under_load_is_intact_and_holds_everything_acknowledged_before_it() {
+    let server = Arc::new(TestServer::start(ONE_SOURCE).await);
+    let acked = Arc::new(std::sync::Mutex::new(Vec::<(String, Vec<u8>)>::new()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut load = Vec::new();
+    for c in 0..4 {
+        let (server, acked, stop) = (server.clone(), acked.clone(), stop.clone());
+        load.push(tokio::spawn(async move {
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let id = format!("msg_b_{c}_{n}");
+                let body = event_body(&id, "backup");
+                if server.post("sw", &server.sign("sw", &id, &body)).await.0 == 200 {
+                    acked.lock().unwrap().push((id, body));
+                }
+                n += 1;
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before: Vec<(String, Vec<u8>)> = acked.lock().unwrap().clone();
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("backup.db");
+    let (db, copy_arg) = (server.db.display().to_string(), copy.display().to_string());
+    let (code, out, err) =
+        tokio::task::spawn_blocking(move || hookinbox(&["backup", &copy_arg, "--db", &db]))
+            .await
+            .unwrap();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    for t in load {
+        t.await.unwrap();
+    }
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("integrity_check: ok"), "{out}");
+    let conn = open_read(&copy);
+    assert_eq!(integrity_check(&conn), "ok");
+    assert!(!before.is_empty());
+    for (id, body) in &before {
+        assert_eq!(
+            stored_body(&conn, "sw", id).as_deref(),
+            Some(&body[..]),
+            "{id} is in the backup"
+        );
+    }
+    eprintln!(
+        "backup held {} events acknowledged before it began",
+        before.len()
+    );
+    // It never overwrites.
+    let (code, _, err) = hookinbox(&[
+        "backup",
+        copy.to_str().unwrap(),
+        "--db",
+        server.db.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1);
+    assert!(err.contains("already exists"), "{err}");
+    Arc::try_unwrap(server).ok().unwrap().stop().await;
+}
+
+#[tokio::test]
+async fn check_warns_about_short_retention_and_readable_secret_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("stripe.secret");
+    std::fs::write(&secret, "whsec_abc\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let config = dir.path().join("hookinbox.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[store]\npath = \"inbox.db\"\n[admin]\nlisten = \"0.0.0.0:9180\"\n\n\
+             [[sources]]\nname = \"stripe\"\nscheme = \"stripe\"\nsecrets = [\"file:{}\"]\nkeep_payload = \"1d\"\nkeep_identity = \"2d\"\n",
+            secret.display()
+        ),
+    )
+    .unwrap();
+    let (code, out, err) = hookinbox(&["check", "--config", config.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("keep_identity 2days") && out.contains("Stripe's 3 days"),
+        "{out}"
+    );
+    assert!(out.contains("readable by every user"), "{out}");
+    assert!(out.contains("not a loopback address"), "{out}");
+}
+
+#[tokio::test]
+async fn the_wal_is_checkpointed_and_truncated_once_the_writer_is_idle() {
+    let no_targets = "[[sources]]\nname = \"sw\"\nscheme = \"standard-webhooks\"\nsecrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]\n";
+    let server = TestServer::start(no_targets).await;
+    for n in 0..20 {
+        let id = format!("msg_wal_{n}");
+        assert_eq!(
+            server
+                .post("sw", &server.sign("sw", &id, &event_body(&id, "")))
+                .await
+                .0,
+            200
+        );
+    }
+    let wal = |m: &str| metric(m, "hookinbox_wal_bytes");
+    assert!(wal(&server.metrics().await) > 0.0);
+    // Idle for 5 s, offered every 10 s: within 15 s the WAL must be empty.
+    let deadline = std::time::Instant::now() + Duration::from_secs(40);
+    loop {
+        if wal(&server.metrics().await) == 0.0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the WAL was never truncated while idle"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    server.stop().await;
+}
