@@ -27,6 +27,7 @@ CREATE TABLE events (
     event_type    TEXT,                       -- the provider's event type, where the scheme has one
     provider_time TEXT,                       -- the provider's signed timestamp, where the scheme has one
     received_at   TEXT    NOT NULL,           -- when hookinbox committed it
+    remote_addr   TEXT,                       -- who sent it: the peer, or the client a trusted proxy named
     pruned_at     TEXT,                       -- when body and headers were dropped
     UNIQUE (source, account, event_id)
 );

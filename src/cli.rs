@@ -91,6 +91,13 @@ pub enum Command {
     Conflicts(commands::conflicts::Args),
     /// List dead deliveries (a target gave up), newest first: the candidates for replay
     Dead(commands::dead::Args),
+    /// Write the man page and shell completions (for packaging)
+    #[command(hide = true)]
+    Generate {
+        /// Where to write hookinbox.1, hookinbox.bash, _hookinbox and hookinbox.fish
+        #[arg(long, value_name = "DIR")]
+        out_dir: PathBuf,
+    },
 }
 
 /// Exit codes, the one place their numbers appear.
@@ -117,6 +124,9 @@ impl From<Exit> for ExitCode {
 pub fn run(cli: Cli) -> Exit {
     let path = cli.config.clone().unwrap_or_else(config::default_path);
     let result = match &cli.command {
+        Command::Generate { out_dir } => {
+            commands::generate::run(out_dir, &mut std::io::stdout().lock())
+        }
         Command::Serve | Command::Check | Command::Sign { .. } => {
             let config = match config::load(&path) {
                 Ok(c) => c,
@@ -231,8 +241,8 @@ fn offline_command(
         }
         Command::Conflicts(args) => commands::conflicts::run(db, args, out),
         Command::Dead(args) => commands::dead::run(db, args, out),
-        Command::Serve | Command::Check | Command::Sign { .. } => {
-            unreachable!("these load the whole config")
+        Command::Serve | Command::Check | Command::Sign { .. } | Command::Generate { .. } => {
+            unreachable!("dispatched by run")
         }
     }
 }

@@ -82,6 +82,34 @@ pub struct Server {
     pub header_timeout: Duration,
     pub body_timeout: Duration,
     pub max_connections: usize,
+    /// Peers whose `X-Forwarded-For` is believed; empty means nobody's.
+    pub trusted_proxies: Vec<crate::proxy::Cidr>,
+    /// HTTPS on the public listener; reloaded on SIGHUP.
+    pub tls: Option<Tls>,
+}
+
+/// PEM files for the public listener's TLS.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tls {
+    /// The certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// Its private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+}
+
+impl Server {
+    /// The settings a reload cannot change (TLS files and trusted proxies it can).
+    pub fn fixed(&self) -> (SocketAddr, u64, Duration, Duration, usize, bool) {
+        (
+            self.listen,
+            self.max_body,
+            self.header_timeout,
+            self.body_timeout,
+            self.max_connections,
+            self.tls.is_some(),
+        )
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -196,6 +224,10 @@ struct RawServer {
     body_timeout: Duration,
     #[serde(default = "default_max_connections")]
     max_connections: usize,
+    #[serde(default)]
+    trusted_proxies: Vec<String>,
+    #[serde(default)]
+    tls: Option<Tls>,
 }
 
 impl Default for RawServer {
@@ -206,6 +238,8 @@ impl Default for RawServer {
             header_timeout: DEFAULT_HEADER_TIMEOUT,
             body_timeout: DEFAULT_BODY_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            trusted_proxies: Vec::new(),
+            tls: None,
         }
     }
 }
@@ -487,6 +521,18 @@ fn validate(raw: RawConfig, path: &Path, credentials: Option<&Path>) -> Result<C
     // working directory (systemd starts services in /).
     // (Joining an absolute path yields it unchanged.)
     let store_path = paths.base.join(&raw.store.path);
+    let trusted_proxies = s
+        .trusted_proxies
+        .iter()
+        .map(|t| crate::proxy::Cidr::parse(t).map_err(|e| format!("server.trusted_proxies: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let tls = s.tls.as_ref().map(|t| Tls {
+        cert: paths.base.join(&t.cert),
+        key: paths.base.join(&t.key),
+    });
+    if let Some(t) = &tls {
+        crate::receive::tls::server_config(t).map_err(|e| format!("server.tls: {e}"))?;
+    }
 
     let mut names = HashSet::new();
     let mut sources = Vec::with_capacity(raw.sources.len());
@@ -510,6 +556,8 @@ fn validate(raw: RawConfig, path: &Path, credentials: Option<&Path>) -> Result<C
             header_timeout: s.header_timeout,
             body_timeout: s.body_timeout,
             max_connections: s.max_connections,
+            trusted_proxies,
+            tls,
         },
         admin: Admin {
             listen: raw.admin.listen,

@@ -12,6 +12,7 @@
 //! - [`receive`]: the public listener: limits, routing, verification, answers.
 //! - [`deliver`]: the worker that forwards stored events to their targets, with retries.
 //! - [`admin`]: the local admin listener: metrics and health.
+//! - [`proxy`]: believing `X-Forwarded-For` only from configured proxies.
 //! - [`metrics`]: the Prometheus registry and every metric hookinbox exports.
 //! - [`commands`]: one module per subcommand.
 //! - [`terminal`]: escaping provider-controlled text before it reaches a terminal.
@@ -24,6 +25,7 @@ pub mod commands;
 pub mod config;
 pub mod deliver;
 pub mod metrics;
+pub mod proxy;
 pub mod receive;
 pub mod scheme;
 pub mod secret;

@@ -6,6 +6,7 @@ pub mod check;
 pub mod conflicts;
 pub mod dead;
 pub mod events;
+pub mod generate;
 pub mod prune;
 pub mod replay;
 pub mod serve;

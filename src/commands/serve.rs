@@ -10,19 +10,45 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use std::time::Duration;
+
 use anyhow::Context as _;
+use sd_notify::NotifyState;
 use tokio::net::TcpListener;
 use tokio::sync::{Mutex, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::admin::Admin;
 use crate::config::{self, Config, Source};
-use crate::deliver::Deliverer;
+use crate::deliver::{self, Deliverer};
 use crate::metrics::Metrics;
 use crate::receive::Receiver;
 use crate::receive::listener::{self, Limits};
+use crate::receive::tls;
 use crate::store::writer::Writer;
 use crate::store::{self, retention};
+
+/// The settings only a restart applies: listeners, limits, the store.
+type Fixed = (
+    (std::net::SocketAddr, u64, Duration, Duration, usize, bool),
+    config::Admin,
+    config::Store,
+);
+
+fn fixed(config: &Config) -> Fixed {
+    (
+        config.server.fixed(),
+        config.admin.clone(),
+        config.store.clone(),
+    )
+}
+
+/// Tells systemd; a failure to (no socket, a full buffer) must not stop the service.
+fn notify(state: &[NotifyState]) {
+    if let Err(e) = sd_notify::notify(state) {
+        tracing::warn!(error = %e, "could not notify systemd");
+    }
+}
 
 /// Connections the admin listener serves at once: it has one scraper and a health checker.
 const ADMIN_MAX_CONNECTIONS: usize = 16;
@@ -36,9 +62,12 @@ pub struct Running {
     pub metrics: Arc<Metrics>,
     receiver: Arc<Receiver>,
     deliverer: Arc<Mutex<Option<Deliverer>>>,
+    writer: Writer,
+    delivery: Arc<deliver::Health>,
     retention: retention::Settings,
+    tls: Option<tls::Acceptor>,
     /// What a reload cannot change without a restart.
-    fixed: (config::Server, config::Admin, config::Store),
+    fixed: Fixed,
     stop: oneshot::Sender<()>,
     done: JoinHandle<()>,
 }
@@ -51,12 +80,22 @@ impl Running {
             done,
             receiver,
             deliverer,
+            writer,
             ..
         } = self;
         // These hold writer handles: the writer closes the inbox once the last one is gone.
-        drop((receiver, deliverer));
+        drop((receiver, deliverer, writer));
         let _ = stop.send(());
         let _ = done.await;
+    }
+
+    /// Whether the writer drains its queue within `within` and every delivery loop turns:
+    /// what the systemd watchdog is told, so that a wedged service gets restarted.
+    pub async fn alive(&self, within: Duration) -> bool {
+        let writer = tokio::time::timeout(within, self.writer.ping())
+            .await
+            .is_ok_and(|r| r.is_ok());
+        writer && self.delivery.stuck().is_none()
     }
 
     /// Applies a new configuration's sources (schemes, secrets, targets, ordering,
@@ -64,12 +103,7 @@ impl Running {
     /// with the configuration they started with. Listener and store settings need a
     /// restart; a change to them is logged, not applied.
     pub async fn reload(&self, config: Config) -> anyhow::Result<()> {
-        let fixed = (
-            config.server.clone(),
-            config.admin.clone(),
-            config.store.clone(),
-        );
-        if fixed != self.fixed {
+        if fixed(&config) != self.fixed {
             tracing::warn!(
                 "[server], [admin] and [store] changes need a restart; they are not applied"
             );
@@ -79,10 +113,16 @@ impl Running {
         let Some(deliverer) = deliverer.as_mut() else {
             anyhow::bail!("shutting down");
         };
+        if let (Some(acceptor), Some(files)) = (&self.tls, &config.server.tls) {
+            acceptor
+                .reload(files)
+                .map_err(|e| anyhow::anyhow!("server.tls: {e}"))?;
+        }
         let wakeups = deliverer
             .reload(&sources)
             .context("setting up the delivery targets")?;
-        self.receiver.reload(&sources, wakeups);
+        self.receiver
+            .reload(&sources, wakeups, config.server.trusted_proxies.clone());
         self.retention.replace(&sources);
         tracing::info!(sources = sources.len(), "reloaded the configuration");
         Ok(())
@@ -130,25 +170,31 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         .await
         .context("the inbox writer did not start")?;
 
+    let tls = match &config.server.tls {
+        Some(files) => {
+            Some(tls::Acceptor::new(files).map_err(|e| anyhow::anyhow!("server.tls: {e}"))?)
+        }
+        None => None,
+    };
     let limits = Limits {
         header_timeout: config.server.header_timeout,
         max_connections: config.server.max_connections,
+        tls: tls.clone(),
     };
     let admin_limits = Limits {
         header_timeout: config.server.header_timeout,
         max_connections: ADMIN_MAX_CONNECTIONS,
+        tls: None,
     };
     let readers = store::read::pool(&store_path);
-    let fixed = (
-        config.server.clone(),
-        config.admin.clone(),
-        config.store.clone(),
-    );
+    let fixed = fixed(&config);
     let sources: Vec<Arc<Source>> = config.sources.into_iter().map(Arc::new).collect();
     let (deliverer, wakeups) =
         Deliverer::start(&sources, writer.clone(), readers.clone(), metrics.clone())
             .context("setting up the delivery targets")?;
     let delivery_health = deliverer.health();
+    let delivery = delivery_health.clone();
+    let writer_handle = writer.clone();
     let deliverer = Arc::new(Mutex::new(Some(deliverer)));
     let retention = retention::Settings::new(&sources);
     let (retention_stop, retention_stopped) = watch::channel(false);
@@ -217,7 +263,10 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         metrics,
         receiver,
         deliverer,
+        writer: writer_handle,
+        delivery,
         retention,
+        tls,
         fixed,
         stop,
         done,
@@ -235,11 +284,28 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         tracing::warn!("{warning}");
     }
     let path = config.path.clone();
+    let sources = config.sources.len();
     let running = start(config).await?;
+    // The inbox is open and migrated, both listeners are bound, the writer answered: ready.
+    // (Outside systemd, NOTIFY_SOCKET is unset and these do nothing.)
+    let status = format!("serving {sources} sources on {}", running.public_addr);
+    notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
+    // The watchdog is fed only while the writer and the worker really work; a bare timer
+    // would prove nothing.
+    let watchdog = sd_notify::watchdog_enabled();
+    let mut feed = tokio::time::interval(watchdog.map_or(Duration::from_secs(3600), |d| d / 2));
     loop {
         tokio::select! {
             _ = term.recv() => break,
             _ = int.recv() => break,
+            _ = feed.tick(), if watchdog.is_some() => {
+                let d = watchdog.unwrap_or_default();
+                if running.alive(d / 4).await {
+                    notify(&[NotifyState::Watchdog]);
+                } else {
+                    tracing::error!("not feeding the watchdog: the writer or a delivery loop is stuck");
+                }
+            }
             _ = hup.recv() => match config::load(&path) {
                 Ok(new) => {
                     for warning in new.warnings() {
@@ -254,6 +320,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         }
     }
     tracing::info!("shutting down: no new connections or claims; finishing what is in flight");
+    notify(&[NotifyState::Stopping]);
     running.shutdown().await;
     Ok(())
 }

@@ -19,6 +19,7 @@ use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_io_timeout::TimeoutStream;
@@ -39,7 +40,13 @@ pub struct Limits {
     /// a kept-alive connection, and while not reading an answer.
     pub header_timeout: Duration,
     pub max_connections: usize,
+    /// HTTPS: the TLS handshake must also finish within `header_timeout`.
+    pub tls: Option<super::tls::Acceptor>,
 }
+
+/// A connection's byte stream, plain or TLS.
+trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
 
 /// Serves `handler` on `listener` until `shutdown` completes, then stops accepting and
 /// lets open connections finish their current request (up to [`DRAIN_TIMEOUT`]).
@@ -79,17 +86,39 @@ where
         // nothing for the header timeout is gone or hostile.
         let mut stream = TimeoutStream::new(stream);
         stream.set_write_timeout(Some(limits.header_timeout));
+        let stream = Box::pin(stream);
         let handler = handler.clone();
         let service = service_fn(move |req| {
             let handler = handler.clone();
             async move { Ok::<_, Infallible>(handler.handle(req, peer).await) }
         });
-        let conn =
-            graceful.watch(builder.serve_connection(TokioIo::new(Box::pin(stream)), service));
+        let (watcher, builder, tls) = (graceful.watcher(), builder.clone(), limits.tls.clone());
+        let handshake_timeout = limits.header_timeout;
         tokio::spawn(async move {
+            let io: Box<dyn Io> = match tls {
+                None => Box::new(stream),
+                Some(acceptor) => {
+                    match tokio::time::timeout(handshake_timeout, acceptor.current().accept(stream))
+                        .await
+                    {
+                        Ok(Ok(tls)) => Box::new(tls),
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!(%peer, "TLS handshake timed out");
+                            return;
+                        }
+                    }
+                }
+            };
             // Errors here are the peer's: a reset, a timeout, malformed HTTP. hyper has
             // already answered what could be answered.
-            if let Err(e) = conn.await {
+            if let Err(e) = watcher
+                .watch(builder.serve_connection(TokioIo::new(io), service))
+                .await
+            {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
             drop(permit);

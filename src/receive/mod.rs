@@ -11,9 +11,10 @@
 
 pub mod answer;
 pub mod listener;
+pub mod tls;
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -27,6 +28,7 @@ use hyper::{Request, Response};
 use crate::config::{self, Order, Source};
 use crate::deliver::Wakeups;
 use crate::metrics::Metrics;
+use crate::proxy::{self, Cidr};
 use crate::scheme::{Input, Verdict};
 use crate::store::ingest::{NewEvent, Stored};
 use crate::store::writer::Writer;
@@ -52,10 +54,12 @@ struct SourceState {
 struct Live {
     sources: HashMap<String, SourceState>,
     wakeups: Wakeups,
+    /// Peers whose X-Forwarded-For is believed.
+    trusted_proxies: Vec<Cidr>,
 }
 
 impl Live {
-    fn new(sources: &[Arc<Source>], wakeups: Wakeups) -> Live {
+    fn new(sources: &[Arc<Source>], wakeups: Wakeups, trusted_proxies: Vec<Cidr>) -> Live {
         let sources = sources
             .iter()
             .map(|s| {
@@ -68,7 +72,11 @@ impl Live {
                 (s.name.clone(), state)
             })
             .collect();
-        Live { sources, wakeups }
+        Live {
+            sources,
+            wakeups,
+            trusted_proxies,
+        }
     }
 }
 
@@ -90,7 +98,11 @@ impl Receiver {
         wakeups: Wakeups,
     ) -> Receiver {
         Receiver {
-            live: RwLock::new(Arc::new(Live::new(sources, wakeups))),
+            live: RwLock::new(Arc::new(Live::new(
+                sources,
+                wakeups,
+                server.trusted_proxies.clone(),
+            ))),
             writer,
             metrics,
             max_body: server.max_body,
@@ -99,8 +111,8 @@ impl Receiver {
     }
 
     /// Serves new requests with these sources (secrets, schemes, targets) from now on.
-    pub fn reload(&self, sources: &[Arc<Source>], wakeups: Wakeups) {
-        let live = Arc::new(Live::new(sources, wakeups));
+    pub fn reload(&self, sources: &[Arc<Source>], wakeups: Wakeups, trusted_proxies: Vec<Cidr>) {
+        let live = Arc::new(Live::new(sources, wakeups, trusted_proxies));
         *self.live.write().expect("no panics while holding the lock") = live;
     }
 
@@ -108,6 +120,7 @@ impl Receiver {
         &self,
         source: &SourceState,
         wakeups: &Wakeups,
+        client: IpAddr,
         req: Request<Incoming>,
     ) -> (Outcome, Option<String>) {
         let (parts, body) = req.into_parts();
@@ -174,6 +187,7 @@ impl Receiver {
                 key
             }),
             event_id: event_id.clone(),
+            remote_addr: client.to_string(),
             body,
         };
         let outcome = match self.writer.ingest(event).await {
@@ -212,23 +226,24 @@ impl listener::Handler for Receiver {
         if req.method() != Method::POST {
             return Outcome::MethodNotAllowed.response();
         }
-        let (outcome, event_id) = self.receive(source, &live.wakeups, req).await;
+        let client = proxy::client(peer.ip(), req.headers(), &live.trusted_proxies);
+        let (outcome, event_id) = self.receive(source, &live.wakeups, client, req).await;
         let status = outcome.status();
         self.metrics.request(&source.name, outcome.label());
         let event_id = event_id.as_deref().unwrap_or("-");
         let duration_ms = (started.elapsed().as_secs_f64() * 1e6).round() / 1e3;
         match &outcome {
             Outcome::Rejected(reject) => tracing::info!(
-                source = %source.name, %peer, outcome = outcome.label(), status = status.as_u16(),
+                source = %source.name, %client, outcome = outcome.label(), status = status.as_u16(),
                 reason = reject.reason(), detail = %reject, duration_ms, "request refused"),
             Outcome::Conflict(_) => tracing::warn!(
-                source = %source.name, event_id, %peer, outcome = "conflict", status = status.as_u16(),
+                source = %source.name, event_id, %client, outcome = "conflict", status = status.as_u16(),
                 duration_ms, "same event id with different bytes: quarantined in conflicts, original untouched"),
             Outcome::Unavailable(e) => tracing::warn!(
-                source = %source.name, event_id, %peer, outcome = "unavailable", status = status.as_u16(),
+                source = %source.name, event_id, %client, outcome = "unavailable", status = status.as_u16(),
                 error = %e, duration_ms, "not stored; answered 503 so the provider retries"),
             _ => tracing::info!(
-                source = %source.name, event_id, %peer, outcome = outcome.label(), status = status.as_u16(),
+                source = %source.name, event_id, %client, outcome = outcome.label(), status = status.as_u16(),
                 duration_ms, "request"),
         }
         outcome.response()

@@ -27,6 +27,8 @@ pub struct NewEvent {
     pub deliveries: Vec<(String, String)>,
     /// With ordering on: the event's order key and version.
     pub order: Option<(String, rusqlite::types::Value)>,
+    /// The sender's address (see `proxy::client`).
+    pub remote_addr: String,
 }
 
 /// What the store did with an event.
@@ -57,8 +59,8 @@ pub fn store(conn: &Connection, e: &NewEvent, now: &str) -> rusqlite::Result<Sto
     let inserted: Option<i64> = conn
         .prepare_cached(
             "INSERT INTO events (source, account, event_id, sha256, size, body, headers,
-                                 event_type, provider_time, received_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+                                 event_type, provider_time, received_at, remote_addr)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
              ON CONFLICT (source, account, event_id) DO NOTHING
              RETURNING id",
         )?
@@ -73,7 +75,8 @@ pub fn store(conn: &Connection, e: &NewEvent, now: &str) -> rusqlite::Result<Sto
                 e.headers,
                 e.event_type,
                 provider_time,
-                now
+                now,
+                e.remote_addr
             ],
             |r| r.get(0),
         )

@@ -10,6 +10,8 @@
 //!   ordering.
 //! - `sink`: the fake HTTP target the delivery tests run.
 //! - `dedup`: replays, concurrent identical deliveries, and same-id-different-bytes conflicts.
+//! - `install`: systemd readiness (READY=1 only once the listener answers), HTTPS with a
+//!   self-signed certificate, and X-Forwarded-For from trusted proxies only.
 //! - `limits`: body size (declared and chunked), stalled bodies, silent clients.
 //! - `store_failure`: a full disk and a locked database answer 503, never 2xx, and recover.
 //! - `group_commit`: concurrent requests share commits, and each answer waits for its own.
@@ -29,6 +31,7 @@ mod deliver;
 mod group_commit;
 mod inbox_sqlite;
 mod inspect;
+mod install;
 mod limits;
 mod operate;
 mod scheme_props;

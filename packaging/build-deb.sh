@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Builds the Debian package: target/debian/hookinbox_<version>-1_<arch>.deb
+#
+#   packaging/build-deb.sh
+#
+# Installs cargo-deb from crates.io if it is missing, builds the release binary, generates
+# the man page and shell completions with the binary itself, and packages them with the
+# unit, the sysusers and tmpfiles snippets and the default config (a conffile).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! cargo deb --version >/dev/null 2>&1; then
+    echo "installing cargo-deb" >&2
+    cargo install --locked cargo-deb
+fi
+cargo build --release --locked
+mkdir -p target/assets
+target/release/hookinbox generate --out-dir target/assets >/dev/null
+cargo deb --no-build --locked

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Builds the .deb, checks what is in it, installs it with dpkg, runs the installed binary's
+# `check` on the installed default config, and removes it again. Run as root (CI is).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+fail() { echo "test-deb: $*" >&2; exit 1; }
+
+packaging/build-deb.sh
+deb=$(ls -t target/debian/hookinbox_*.deb | head -n 1)
+echo "test-deb: built $deb"
+
+contents=$(dpkg-deb --contents "$deb")
+for path in ./usr/bin/hookinbox \
+            ./lib/systemd/system/hookinbox.service \
+            ./etc/hookinbox/hookinbox.toml \
+            ./usr/lib/sysusers.d/hookinbox.conf \
+            ./usr/lib/tmpfiles.d/hookinbox.conf \
+            ./usr/share/man/man1/hookinbox.1 \
+            ./usr/share/bash-completion/completions/hookinbox \
+            ./usr/share/zsh/vendor-completions/_hookinbox \
+            ./usr/share/fish/vendor_completions.d/hookinbox.fish; do
+    # cargo-deb may place units under /usr/lib/systemd/system instead.
+    alt=${path/.\/lib\/systemd/.\/usr\/lib\/systemd}
+    grep -qE " (${path}|${alt})\$" <<<"$contents" || fail "$path is not in the package"
+done
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+dpkg-deb --control "$deb" "$tmp/control"
+grep -qx "/etc/hookinbox/hookinbox.toml" "$tmp/control/conffiles" || fail "the config is not a conffile"
+grep -q "#DEBHELPER#" "$tmp/control/postinst" && fail "postinst still has the #DEBHELPER# token"
+echo "test-deb: contents, conffile and maintainer scripts are in place"
+
+if dpkg -s hookinbox >/dev/null 2>&1; then
+    dpkg --purge hookinbox
+fi
+dpkg -i "$deb"
+getent passwd hookinbox >/dev/null || fail "the hookinbox user was not created"
+[ "$(stat -c %U:%G /var/lib/hookinbox)" = "hookinbox:hookinbox" ] || fail "/var/lib/hookinbox is not the service user's"
+[ "$(stat -c %a /etc/hookinbox/hookinbox.toml)" = "640" ] || fail "the config is not 640"
+/usr/bin/hookinbox check --config /etc/hookinbox/hookinbox.toml || fail "check fails on the installed default config"
+man -w hookinbox >/dev/null 2>&1 || [ -f /usr/share/man/man1/hookinbox.1 ] || fail "no man page"
+
+# An edited config survives a reinstall (dpkg keeps conffiles the operator changed).
+echo "# edited by the operator" >> /etc/hookinbox/hookinbox.toml
+dpkg -i --force-confold "$deb"
+grep -q "edited by the operator" /etc/hookinbox/hookinbox.toml || fail "a reinstall overwrote the edited config"
+
+dpkg --remove hookinbox
+[ ! -e /usr/bin/hookinbox ] || fail "the binary is still there after removal"
+dpkg --purge hookinbox
+[ ! -e /etc/hookinbox/hookinbox.toml ] || fail "purge left the config"
+echo "test-deb: installed, checked, reinstalled over an edited config, removed and purged"

@@ -1,0 +1,128 @@
+//! What an installed service relies on: systemd readiness notification, TLS on the
+//! listener, and X-Forwarded-For believed only from configured proxies.
+
+use std::os::unix::net::UnixDatagram;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::support::*;
+
+#[test]
+fn ready_is_notified_only_once_the_listener_answers_and_stopping_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket_path = dir.path().join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let db = dir.path().join("inbox.db");
+    let config = dir.path().join("hookinbox.toml");
+    std::fs::write(&config, config_text(SERVER, &db, ONE_SOURCE)).unwrap();
+    // The unit's ExecStart, with the notify socket systemd would pass.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hookinbox"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("NOTIFY_SOCKET", &socket_path)
+        .env("RUST_LOG", "warn,hookinbox::commands::serve=info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    let n = socket.recv(&mut buf).expect("a notification within 30 s");
+    let message = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(message.lines().any(|l| l == "READY=1"), "{message}");
+    let status = message
+        .lines()
+        .find_map(|l| l.strip_prefix("STATUS="))
+        .unwrap_or("");
+    let addr = status.rsplit(' ').next().unwrap();
+    // READY came: the listener must answer right now, with no retry.
+    let mut stream =
+        std::net::TcpStream::connect(addr).expect("the listener accepts once READY=1 was sent");
+    use std::io::{Read, Write};
+    stream
+        .write_all(b"GET /hooks/sw HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 405"), "{answer}");
+
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let n = socket.recv(&mut buf).expect("STOPPING=1 on SIGTERM");
+    assert!(String::from_utf8_lossy(&buf[..n]).contains("STOPPING=1"));
+    assert!(child.wait().unwrap().success());
+}
+
+/// A self-signed certificate for 127.0.0.1, written as PEM files in `dir`.
+fn self_signed(dir: &std::path::Path) -> (String, std::path::PathBuf, std::path::PathBuf) {
+    let cert =
+        rcgen::generate_simple_self_signed(vec!["127.0.0.1".into(), "localhost".into()]).unwrap();
+    let (cert_path, key_path) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert_path, cert.cert.pem()).unwrap();
+    std::fs::write(&key_path, cert.signing_key.serialize_pem()).unwrap();
+    (cert.cert.pem(), cert_path, key_path)
+}
+
+#[tokio::test]
+async fn a_signed_webhook_arrives_over_https() {
+    let certs = tempfile::tempdir().unwrap();
+    let (pem, cert, key) = self_signed(certs.path());
+    // [server.tls] belongs after [server]'s keys, before [admin].
+    let tls_block = format!(
+        "[server.tls]\ncert = {:?}\nkey = {:?}\n",
+        cert.display().to_string(),
+        key.display().to_string()
+    );
+    let settings = SERVER.replace("\n[admin]", &format!("\n{tls_block}\n[admin]"));
+    let server = TestServer::start_with(&settings, ONE_SOURCE).await;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .tls_certs_only([reqwest::Certificate::from_pem(pem.as_bytes()).unwrap()])
+        .build()
+        .unwrap();
+    let base = server.base.replace("http://", "https://");
+    let req = server.sign("sw", "msg_tls", &event_body("msg_tls", "over tls"));
+    let resp = send(&client, &base, "sw", &req).await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    assert_eq!(
+        server.stored_body("sw", "msg_tls").as_deref(),
+        Some(&req.body[..])
+    );
+    // Plain HTTP on the TLS port gets no answer.
+    assert!(
+        send(&server.client, &server.base, "sw", &req)
+            .await
+            .is_err()
+    );
+    server.stop().await;
+}
+
+fn remote_addr(server: &TestServer, id: &str) -> String {
+    server
+        .read()
+        .query_row(
+            "SELECT remote_addr FROM events WHERE event_id = ?1",
+            [id],
+            |r| r.get(0),
+        )
+        .unwrap()
+}
+
+#[tokio::test]
+async fn x_forwarded_for_is_believed_only_from_a_configured_proxy() {
+    let trusting = SERVER.replace("max_body", "trusted_proxies = [\"127.0.0.1/32\"]\nmax_body");
+    for (settings, want) in [(trusting.as_str(), "203.0.113.7"), (SERVER, "127.0.0.1")] {
+        let server = TestServer::start_with(settings, ONE_SOURCE).await;
+        let mut req = server.sign("sw", "msg_xff", &event_body("msg_xff", ""));
+        req.set("x-forwarded-for", "203.0.113.7");
+        assert_eq!(server.post("sw", &req).await.0, 200);
+        assert_eq!(remote_addr(&server, "msg_xff"), want);
+        server.stop().await;
+    }
+}
