@@ -31,7 +31,10 @@ CREATE TABLE events (
     pruned_at     TEXT,                       -- when body and headers were dropped
     UNIQUE (source, account, event_id)
 );
-CREATE INDEX events_received ON events (received_at);
+-- Retention walks each source's events by age: every row, and the ones that still have
+-- a payload. Without these a prune would walk past every row already pruned.
+CREATE INDEX events_age ON events (source, received_at);
+CREATE INDEX events_unpruned ON events (source, received_at) WHERE pruned_at IS NULL;
 
 -- One row per event and configured target: the delivery worker's queue and its state.
 -- Written in the same transaction as the event, so an event is never stored without them.
@@ -74,6 +77,7 @@ CREATE TABLE attempts (
     ambiguous   INTEGER NOT NULL DEFAULT 0    -- 1 when the target may have acted without our hearing (a timeout)
 );
 CREATE INDEX attempts_delivery ON attempts (delivery);
+CREATE INDEX attempts_started ON attempts (started_at);
 
 -- With ordering on: the newest version delivered per key and target. An event whose
 -- version is not newer is superseded, not delivered.
@@ -104,6 +108,8 @@ CREATE TABLE conflicts (
     seen            INTEGER NOT NULL DEFAULT 1,
     UNIQUE (source, account, event_id, sha256)
 );
+CREATE INDEX conflicts_seen ON conflicts (source, last_seen_at);
+CREATE INDEX conflicts_event ON conflicts (event);
 
 -- One row that the writer rewrites after a failed commit, to find out whether the inbox
 -- takes writes again (a full disk only shows when something is written).

@@ -140,8 +140,9 @@ pub fn run(cli: Cli) -> Exit {
         _ => {
             // The operator commands read the config without its secrets, or need none.
             let offline = match (&cli.db, config::load_offline(&path)) {
-                (_, Ok(o)) => Some(o),
-                (Some(_), Err(_)) => None,
+                (_, Ok(o)) => Ok(o),
+                // --db names the inbox; only prune still needs the config.
+                (Some(_), Err(e)) => Err(e),
                 (None, Err(e)) => {
                     eprintln!("error: {e:#}");
                     return Exit::Config;
@@ -150,9 +151,13 @@ pub fn run(cli: Cli) -> Exit {
             let db = cli
                 .db
                 .clone()
-                .or_else(|| offline.as_ref().map(|o| o.store.path.clone()))
+                .or_else(|| offline.as_ref().ok().map(|o| o.store.path.clone()))
                 .expect("one of the two is set");
-            offline_command(&db, offline.as_ref(), &cli.command)
+            if let (Command::Prune(_), Err(e)) = (&cli.command, &offline) {
+                eprintln!("error: prune needs the config's retention windows: {e:#}");
+                return Exit::Config;
+            }
+            offline_command(&db, offline.as_ref().ok(), &cli.command)
         }
     };
     match result {

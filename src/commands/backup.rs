@@ -20,7 +20,10 @@ pub struct Args {
 }
 
 pub fn run(db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
-    let dest = &args.file;
+    // Absolute, so that SQLite never reads a name like "file:x.db" as a URI, and the parent
+    // directory (fsynced below) is never empty.
+    let dest = &std::path::absolute(&args.file)
+        .with_context(|| format!("resolving {}", args.file.display()))?;
     if dest.exists() {
         bail!(
             "{} already exists; name a new file (a backup never overwrites)",

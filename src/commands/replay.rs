@@ -13,12 +13,19 @@ use crate::clock;
 use crate::config::Synchronous;
 use crate::store;
 
+/// A delivery under ordering that a newer (or the same) version of its key already passed:
+/// re-queued, it would only be superseded again.
+const OUTDATED: &str = "(d.order_key IS NOT NULL AND EXISTS (
+        SELECT 1 FROM order_keys k
+         WHERE k.source = d.source AND k.target = d.target AND k.order_key = d.order_key
+           AND k.last_version >= d.order_version))";
+
 /// Deliveries re-queued per transaction, so that a large replay never holds the write lock
 /// for long.
 const CHUNK: usize = 500;
 
 #[derive(Debug, clap::Args)]
-#[command(group(clap::ArgGroup::new("what").required(true).args(["event", "dead", "since"])))]
+#[command(group(clap::ArgGroup::new("what").required(true).multiple(true).args(["event", "dead", "since"])))]
 pub struct Args {
     /// One event: its row id (the ID column of `events`) or the provider's event id
     pub event: Option<String>,
@@ -53,6 +60,9 @@ struct Report {
     in_flight: usize,
     /// Matching deliveries whose payload retention already dropped.
     pruned: usize,
+    /// Matching deliveries under ordering whose key has a version at least as new
+    /// delivered: sending them again would break the order.
+    superseded: usize,
     dry_run: bool,
 }
 
@@ -70,10 +80,13 @@ pub fn run(db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
     let mut report = Report {
         in_flight: count("d.state = 'in_flight'")?,
         pruned: count("d.state <> 'in_flight' AND e.body IS NULL")?,
+        superseded: count(&format!(
+            "d.state <> 'in_flight' AND e.body IS NOT NULL AND {OUTDATED}"
+        ))?,
         dry_run: args.dry_run,
         ..Report::default()
     };
-    let eligible = "d.state <> 'in_flight' AND e.body IS NOT NULL";
+    let eligible = format!("d.state <> 'in_flight' AND e.body IS NOT NULL AND NOT {OUTDATED}");
     let ids: Vec<i64> = {
         let sql = format!(
             "SELECT d.id FROM deliveries d JOIN events e ON e.id = d.event WHERE {filter} AND {eligible}"
@@ -92,7 +105,9 @@ pub fn run(db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
                 "UPDATE deliveries
                     SET state = 'pending', next_attempt_at = ?1, schedule_base = attempts,
                         lease_until = NULL, last_error = 'replayed by the operator', updated_at = ?1
-                  WHERE state <> 'in_flight' AND id IN ({marks})"
+                  WHERE id IN ({marks})
+                    AND id IN (SELECT d.id FROM deliveries d JOIN events e ON e.id = d.event
+                                WHERE {eligible})"
             );
             let mut params: Vec<Value> = vec![now.clone().into()];
             params.extend(chunk.iter().map(|id| Value::Integer(*id)));
@@ -122,6 +137,13 @@ pub fn run(db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
                 out,
                 "left {} alone: an attempt is running now",
                 report.in_flight
+            )?;
+        }
+        if report.superseded > 0 {
+            writeln!(
+                out,
+                "left {} alone: ordering is on and a version at least as new was delivered",
+                report.superseded
             )?;
         }
         if report.pruned > 0 {

@@ -43,6 +43,26 @@ fn fixed(config: &Config) -> Fixed {
     )
 }
 
+/// Marks dead the pending deliveries of targets no longer configured (see
+/// [`queue::retire_unknown_targets`]).
+async fn retire_unknown_targets(writer: &Writer, sources: &[Arc<Source>]) -> anyhow::Result<()> {
+    let pairs: Vec<(String, String)> = sources
+        .iter()
+        .flat_map(|s| s.targets.iter().map(|t| (s.name.clone(), t.name.clone())))
+        .collect();
+    let n = writer
+        .job(move |conn, now| store::queue::retire_unknown_targets(conn, &pairs, now))
+        .await?;
+    if n > 0 {
+        tracing::warn!(
+            deliveries = n,
+            "deliveries for targets no longer configured are dead; \
+            `hookinbox replay --dead` sends them once the target is back"
+        );
+    }
+    Ok(())
+}
+
 /// Tells systemd; a failure to (no socket, a full buffer) must not stop the service.
 fn notify(state: &[NotifyState]) {
     if let Err(e) = sd_notify::notify(state) {
@@ -108,22 +128,28 @@ impl Running {
                 "[server], [admin] and [store] changes need a restart; they are not applied"
             );
         }
+        // Everything that can fail is prepared before anything is switched.
+        let tls_config = match (&self.tls, &config.server.tls) {
+            (Some(_), Some(files)) => {
+                Some(tls::server_config(files).map_err(|e| anyhow::anyhow!("server.tls: {e}"))?)
+            }
+            _ => None,
+        };
         let sources: Vec<Arc<Source>> = config.sources.into_iter().map(Arc::new).collect();
         let mut deliverer = self.deliverer.lock().await;
         let Some(deliverer) = deliverer.as_mut() else {
             anyhow::bail!("shutting down");
         };
-        if let (Some(acceptor), Some(files)) = (&self.tls, &config.server.tls) {
-            acceptor
-                .reload(files)
-                .map_err(|e| anyhow::anyhow!("server.tls: {e}"))?;
-        }
         let wakeups = deliverer
             .reload(&sources)
             .context("setting up the delivery targets")?;
         self.receiver
             .reload(&sources, wakeups, config.server.trusted_proxies.clone());
+        if let (Some(acceptor), Some(tls_config)) = (&self.tls, tls_config) {
+            acceptor.swap(tls_config);
+        }
         self.retention.replace(&sources);
+        retire_unknown_targets(&self.writer, &sources).await?;
         tracing::info!(sources = sources.len(), "reloaded the configuration");
         Ok(())
     }
@@ -189,6 +215,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let readers = store::read::pool(&store_path);
     let fixed = fixed(&config);
     let sources: Vec<Arc<Source>> = config.sources.into_iter().map(Arc::new).collect();
+    retire_unknown_targets(&writer, &sources).await?;
     let (deliverer, wakeups) =
         Deliverer::start(&sources, writer.clone(), readers.clone(), metrics.clone())
             .context("setting up the delivery targets")?;

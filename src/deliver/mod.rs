@@ -34,6 +34,8 @@ pub const IDLE_POLL: Duration = Duration::from_secs(1);
 /// On shutdown, how long attempts in flight may take to finish and be recorded; the rest are
 /// abandoned to their lease and retried after a restart.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// On a reload, the old loops' attempts may run to their own timeout (at most an hour).
+const RELOAD_DRAIN: Duration = Duration::from_secs(3600);
 /// Pause after the writer refused a claim (the inbox is failing), so the loop does not spin.
 const CLAIM_BACKOFF: Duration = Duration::from_secs(1);
 
@@ -208,7 +210,8 @@ fn unix_millis() -> u64 {
 
 /// The loops started from one configuration.
 struct Generation {
-    stop: watch::Sender<bool>,
+    /// None while running; Some(drain) once told to stop: how long its attempts may take.
+    stop: watch::Sender<Option<Duration>>,
     tasks: JoinSet<()>,
 }
 
@@ -250,7 +253,7 @@ impl Deliverer {
         shared: &Shared,
         health: &Health,
     ) -> anyhow::Result<(Generation, Wakeups)> {
-        let (stop, stopped) = watch::channel(false);
+        let (stop, stopped) = watch::channel(None);
         let mut runs = Vec::new();
         let mut wakeups: HashMap<String, Vec<Arc<Notify>>> = HashMap::new();
         for source in sources {
@@ -298,7 +301,8 @@ impl Deliverer {
         }
         self.retiring.retain(|g| !g.tasks.is_empty());
         let old = std::mem::replace(&mut self.current, next);
-        let _ = old.stop.send(true);
+        // A reload is no emergency: the old attempts finish within their own timeouts.
+        let _ = old.stop.send(Some(RELOAD_DRAIN));
         self.retiring.push(old);
         Ok(wakeups)
     }
@@ -313,7 +317,7 @@ impl Deliverer {
         self.health.draining.store(true, Ordering::Relaxed);
         self.retiring.push(self.current);
         for g in &self.retiring {
-            let _ = g.stop.send(true);
+            let _ = g.stop.send(Some(DRAIN_TIMEOUT));
         }
         for mut g in self.retiring {
             while g.tasks.join_next().await.is_some() {}
@@ -330,7 +334,7 @@ async fn sweeper(
     lease: Duration,
     shared: Shared,
     wakeups: Wakeups,
-    mut stop: watch::Receiver<bool>,
+    mut stop: watch::Receiver<Option<Duration>>,
 ) {
     let mut tick = tokio::time::interval(sweep_interval(lease));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -359,11 +363,11 @@ async fn run_target(
     t: Arc<TargetRun>,
     shared: Shared,
     wake: Arc<Notify>,
-    mut stop: watch::Receiver<bool>,
+    mut stop: watch::Receiver<Option<Duration>>,
     beat: Arc<AtomicU64>,
 ) {
     let mut inflight = JoinSet::new();
-    while !*stop.borrow() {
+    while stop.borrow().is_none() {
         beat.store(unix_millis(), Ordering::Relaxed);
         while inflight.try_join_next().is_some() {}
         let free = t.concurrency.saturating_sub(inflight.len());
@@ -415,15 +419,22 @@ async fn run_target(
     // Draining: attempts in flight may finish and record their result; the rest are dropped
     // (a command's process group is killed) and their leases bring them back after a
     // restart.
-    let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
-        while inflight.join_next().await.is_some() {}
-    })
-    .await;
-    if drained.is_err() {
-        tracing::warn!(source = %t.source, target = %t.name, abandoned = inflight.len(),
-            "attempts still running after {DRAIN_TIMEOUT:?}; they will be retried after their lease");
-        inflight.abort_all();
+    // A reload's long drain is cut short if a shutdown follows.
+    let started = tokio::time::Instant::now();
+    let mut drain = stop.borrow().unwrap_or(DRAIN_TIMEOUT);
+    loop {
+        tokio::select! {
+            done = inflight.join_next() => if done.is_none() { return },
+            () = tokio::time::sleep_until(started + drain) => break,
+            changed = stop.changed() => match changed {
+                Ok(()) => drain = drain.min(stop.borrow().unwrap_or(DRAIN_TIMEOUT) + started.elapsed()),
+                Err(_) => break,
+            },
+        }
     }
+    tracing::warn!(source = %t.source, target = %t.name, abandoned = inflight.len(),
+        "attempts still running after {drain:?}; they will be retried after their lease");
+    inflight.abort_all();
 }
 
 /// When the target's next pending delivery is due, read from the inbox.
@@ -510,6 +521,7 @@ async fn attempt(t: Arc<TargetRun>, c: Claimed, shared: Shared) {
     let finished = Finished {
         delivery: c.delivery,
         attempt: c.attempt,
+        schedule_base: c.schedule_base,
         started_at,
         duration_ms,
         next,

@@ -54,12 +54,10 @@ impl Acceptor {
         )))))
     }
 
-    /// Loads the files again (renewed certificates); on error the current ones stay.
-    pub fn reload(&self, files: &Tls) -> Result<(), String> {
-        let config = server_config(files)?;
+    /// Serves new handshakes with `config` (renewed certificates).
+    pub fn swap(&self, config: rustls::ServerConfig) {
         *self.0.write().expect("no panics while holding the lock") =
             TlsAcceptor::from(Arc::new(config));
-        Ok(())
     }
 
     pub fn current(&self) -> TlsAcceptor {

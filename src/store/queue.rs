@@ -87,6 +87,9 @@ impl Next {
 pub struct Finished {
     pub delivery: i64,
     pub attempt: u32,
+    /// The claim's schedule base: a replay since then starts a new schedule, which a late
+    /// result of this attempt must not undo.
+    pub schedule_base: u32,
     pub started_at: String,
     pub duration_ms: i64,
     pub next: Next,
@@ -207,9 +210,18 @@ pub fn finish(conn: &Connection, f: &Finished, now: &str) -> rusqlite::Result<Re
             "UPDATE deliveries
                 SET state = ?3, next_attempt_at = coalesce(?4, next_attempt_at),
                     lease_until = NULL, last_error = ?5, updated_at = ?6
-              WHERE id = ?1 AND attempts = ?2 AND state IN ('in_flight', 'pending')",
+              WHERE id = ?1 AND attempts = ?2 AND schedule_base = ?7
+                AND state IN ('in_flight', 'pending')",
         )?
-        .execute(params![f.delivery, f.attempt, state, next_at, f.error, now])?;
+        .execute(params![
+            f.delivery,
+            f.attempt,
+            state,
+            next_at,
+            f.error,
+            now,
+            f.schedule_base
+        ])?;
     let applied = changed == 1;
     let mut resolved_ambiguity = false;
     if applied && f.next == Next::Delivered {
@@ -287,4 +299,33 @@ pub fn event(conn: &Connection, id: i64) -> rusqlite::Result<Option<EventData>> 
         })
     })
     .optional()
+}
+
+/// Marks `dead` every pending delivery whose (source, target) is not in `configured`: no loop
+/// would ever claim it, so it would stay pending forever and hold its event back from
+/// retention. Run at start-up and on reload; `replay` brings them back once the target is
+/// configured again.
+pub fn retire_unknown_targets(
+    conn: &Connection,
+    configured: &[(String, String)],
+    now: &str,
+) -> rusqlite::Result<usize> {
+    let known = if configured.is_empty() {
+        "0".to_owned()
+    } else {
+        let pairs = vec!["(?, ?)"; configured.len()].join(", ");
+        format!("(source, target) IN (VALUES {pairs})")
+    };
+    let sql = format!(
+        "UPDATE deliveries
+            SET state = 'dead', updated_at = ?1,
+                last_error = 'the target is no longer in the configuration'
+          WHERE state = 'pending' AND NOT {known}"
+    );
+    let mut values: Vec<&str> = vec![now];
+    for (s, t) in configured {
+        values.push(s);
+        values.push(t);
+    }
+    conn.execute(&sql, rusqlite::params_from_iter(values))
 }

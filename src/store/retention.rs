@@ -113,6 +113,10 @@ fn cutoffs(rule: &Rule, now: SystemTime) -> Cutoffs {
 /// A finished event: nothing of it is waiting to be delivered.
 const FINISHED: &str = "NOT EXISTS (SELECT 1 FROM deliveries d
                                  WHERE d.event = e.id AND d.state IN ('pending', 'in_flight'))";
+/// An event whose payload may go: finished, and no delivery dead, since a dead delivery is
+/// replayed from its payload (it goes with the identity row, after `keep_identity`).
+const PAYLOAD_DONE: &str = "NOT EXISTS (SELECT 1 FROM deliveries d
+                                    WHERE d.event = e.id AND d.state IN ('pending', 'in_flight', 'dead'))";
 
 /// One chunk of work for `rule`: at most [`CHUNK`] rows of each kind. Returns what it did;
 /// zero everywhere means the rule is applied.
@@ -122,16 +126,16 @@ pub fn prune_chunk(conn: &Connection, rule: &Rule, now: SystemTime) -> rusqlite:
     let payloads = conn
         .prepare_cached(&format!(
             "UPDATE events SET body = NULL, headers = NULL, pruned_at = ?4
-              WHERE id IN (SELECT e.id FROM events e
+              WHERE id IN (SELECT e.id FROM events e INDEXED BY events_unpruned
                             WHERE e.source = ?1 AND e.received_at < ?2 AND e.pruned_at IS NULL
-                              AND {FINISHED}
+                              AND {PAYLOAD_DONE}
                             LIMIT ?3)"
         ))?
         .execute(params![rule.source, c.payload, CHUNK, stamp])?;
     let events = conn
         .prepare_cached(&format!(
             "DELETE FROM events
-              WHERE id IN (SELECT e.id FROM events e
+              WHERE id IN (SELECT e.id FROM events e INDEXED BY events_age
                             WHERE e.source = ?1 AND e.received_at < ?2 AND {FINISHED}
                             LIMIT ?3)"
         ))?
@@ -179,7 +183,7 @@ pub fn count(conn: &Connection, rule: &Rule, now: SystemTime) -> rusqlite::Resul
         payloads: one(
             &format!(
                 "SELECT count(*) FROM events e WHERE e.source = ?1 AND e.received_at < ?2
-                    AND e.pruned_at IS NULL AND {FINISHED}"
+                    AND e.pruned_at IS NULL AND {PAYLOAD_DONE}"
             ),
             &c.payload,
         )?,
@@ -197,11 +201,19 @@ pub fn count(conn: &Connection, rule: &Rule, now: SystemTime) -> rusqlite::Resul
     })
 }
 
-/// Applies every rule through the writer, chunk by chunk.
-pub async fn apply(writer: &Writer, rules: &[Rule]) -> Result<Pruned, super::writer::WriteError> {
+/// Applies every rule through the writer, chunk by chunk, until done or until `stop` is
+/// set (a shutdown does not wait for a long backlog; the next run goes on).
+pub async fn apply(
+    writer: &Writer,
+    rules: &[Rule],
+    stop: &watch::Receiver<bool>,
+) -> Result<Pruned, super::writer::WriteError> {
     let mut total = Pruned::default();
     for rule in rules {
         loop {
+            if *stop.borrow() {
+                return Ok(total);
+            }
             let rule = rule.clone();
             let done = writer
                 .job(move |conn, _| prune_chunk(conn, &rule, SystemTime::now()))
@@ -231,7 +243,7 @@ pub async fn run_periodically(writer: Writer, settings: Settings, mut stop: watc
         tokio::select! {
             _ = stop.changed() => return,
             _ = checkpoint.tick() => writer.checkpoint_if_idle().await,
-            _ = prune.tick() => match apply(&writer, &settings.rules()).await {
+            _ = prune.tick() => match apply(&writer, &settings.rules(), &stop).await {
                 Ok(p) if p.total() > 0 => tracing::info!(
                     payloads = p.payloads, events = p.events, conflicts = p.conflicts,
                     attempts = p.attempts, order_keys = p.order_keys, "retention applied"),

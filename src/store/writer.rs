@@ -145,6 +145,7 @@ impl Writer {
         let state = Loop {
             last_job: Instant::now(),
             wal_dirty: true,
+            written: 0,
             conn: Some(conn),
             path,
             sync,
@@ -253,6 +254,8 @@ struct Loop {
     last_job: Instant,
     /// Something was committed since the last complete checkpoint.
     wal_dirty: bool,
+    /// The connection's count of changed rows when last looked at.
+    written: u64,
     /// None after a failure: the next batch reopens it. A connection that saw an I/O error
     /// is not trusted again (fsync failures cannot be retried on the same handle).
     conn: Option<Connection>,
@@ -293,10 +296,18 @@ impl Loop {
                 }
             }
         }
-        if !jobs.is_empty() {
+        // Idle means nothing written: claims and sweeps that found nothing do not count, or
+        // a short sweep interval would keep the checkpoint from ever running.
+        let written = self.conn.as_ref().map_or(0, Connection::total_changes);
+        if written != self.written {
+            self.written = written;
             self.last_job = Instant::now();
             self.wal_dirty = true;
-        } else if checkpoint && self.wal_dirty && self.last_job.elapsed() >= IDLE_BEFORE_CHECKPOINT
+        }
+        if jobs.is_empty()
+            && checkpoint
+            && self.wal_dirty
+            && self.last_job.elapsed() >= IDLE_BEFORE_CHECKPOINT
         {
             self.checkpoint();
         }

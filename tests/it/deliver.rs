@@ -580,3 +580,40 @@ async fn versions_sent_as_digit_strings_compare_as_numbers() {
     }
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_reload_applies_new_targets_and_retires_deliveries_of_removed_ones() {
+    let sink = Sink::start(|r, _| Reply::Status(if r.path == "/down" { 503 } else { 200 })).await;
+    let down = format!("http://{}/down", sink.addr);
+    let mut server = TestServer::start(&forwarding(&down, "retry = [\"30s\"]")).await;
+    send(&server, "msg_before").await;
+    // The first attempt fails; the retry is half a minute away.
+    assert_eq!(
+        wait_for_count(&server.read(), "SELECT count(*) FROM attempts", 1).await,
+        1
+    );
+
+    let renamed = to_url(&sink.url(), "").replace("name = \"app\"", "name = \"app2\"");
+    server.reload(&renamed).await.unwrap();
+    assert_eq!(
+        wait_state(&server, "msg_before", "app", "dead").await,
+        "dead"
+    );
+    let error: String = server
+        .read()
+        .query_row(
+            "SELECT last_error FROM deliveries WHERE target = 'app'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(error.contains("no longer in the configuration"), "{error}");
+
+    // New events go to the new target.
+    send(&server, "msg_after").await;
+    assert_eq!(
+        wait_state(&server, "msg_after", "app2", "delivered").await,
+        "delivered"
+    );
+    server.stop().await;
+}

@@ -197,6 +197,16 @@ impl TestServer {
         }
     }
 
+    /// Rewrites the config with `sources` and applies it as SIGHUP would.
+    pub async fn reload(&mut self, sources: &str) -> anyhow::Result<()> {
+        let text = config_text(SERVER, &self.db, sources);
+        std::fs::write(&self.config.path, text).unwrap();
+        let config = config::load(&self.config.path)?;
+        self.running.as_ref().unwrap().reload(config).await?;
+        self.config = config::load(&self.config.path)?;
+        Ok(())
+    }
+
     pub async fn stop(mut self) {
         if let Some(r) = self.running.take() {
             r.shutdown().await;
