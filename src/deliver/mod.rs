@@ -372,7 +372,9 @@ async fn run_target(
         while inflight.try_join_next().is_some() {}
         let free = t.concurrency.saturating_sub(inflight.len());
         let mut wait = IDLE_POLL;
-        if free > 0 {
+        // Claim in batches: every claim is a commit, so under load wait until half the slots
+        // are free (attempts ending wake the loop); when idle, claim at once.
+        if free > 0 && (inflight.is_empty() || free * 2 >= t.concurrency) {
             let mut due = next_due(&shared.readers, &t).await;
             if due.is_some_and(|at| at <= SystemTime::now()) {
                 let request = ClaimRequest {
@@ -385,8 +387,15 @@ async fn run_target(
                 match shared.writer.claim(request).await {
                     Ok(claims) => {
                         let all = claims.len() == free;
+                        // One read for the whole claim, not one per attempt.
+                        let ids: Vec<i64> = claims.iter().map(|c| c.event).collect();
+                        let mut events = load_events(&shared.readers, ids).await;
                         for c in claims {
-                            inflight.spawn(attempt(t.clone(), c, shared.clone()));
+                            let event = match &mut events {
+                                Ok(found) => Ok(found.remove(&c.event)),
+                                Err(e) => Err(e.clone()),
+                            };
+                            inflight.spawn(attempt(t.clone(), c, event, shared.clone()));
                         }
                         if all {
                             // There may be more due: look again at once.
@@ -456,22 +465,30 @@ async fn next_due(readers: &read::Pool, t: &TargetRun) -> Option<SystemTime> {
     }
 }
 
-async fn load_event(readers: &read::Pool, id: i64) -> Result<Option<EventData>, String> {
+async fn load_events(
+    readers: &read::Pool,
+    ids: Vec<i64>,
+) -> Result<HashMap<i64, EventData>, String> {
     let pool = readers.clone();
     tokio::task::spawn_blocking(move || {
         let conn = pool.get().map_err(|e| e.to_string())?;
-        queue::event(&conn, id).map_err(|e| e.to_string())
+        queue::events(&conn, &ids).map_err(|e| e.to_string())
     })
     .await
     .map_err(|e| e.to_string())?
 }
 
-/// One attempt: load the event, send it, decide what is next, record it.
-async fn attempt(t: Arc<TargetRun>, c: Claimed, shared: Shared) {
+/// One attempt: send the event, decide what is next, record it.
+async fn attempt(
+    t: Arc<TargetRun>,
+    c: Claimed,
+    event: Result<Option<EventData>, String>,
+    shared: Shared,
+) {
     let started_at = clock::iso_now();
     let started = Instant::now();
     let mut received_at = None;
-    let (result, event_id) = match load_event(&shared.readers, c.event).await {
+    let (result, event_id) = match event {
         Ok(Some(event)) => {
             let result = send(&t, &c, &event).await;
             received_at = Some(event.received_at);

@@ -26,6 +26,9 @@ pub const SCHEMA: &str = include_str!("../../schema.sql");
 /// because providers time out quickly (Slack after 3 s) and a 503 makes them retry.
 pub const WRITE_LOCK_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How much of the database file connections map into memory (a limit, not an allocation).
+pub const MMAP_SIZE: i64 = 256 * 1024 * 1024;
+
 /// The WAL is truncated back to this size after checkpoints, so that one burst does not
 /// leave a large file behind.
 pub const JOURNAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;

@@ -42,6 +42,9 @@ pub fn open(path: &Path) -> rusqlite::Result<Connection> {
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
     conn.busy_timeout(READ_BUSY_TIMEOUT)?;
+    // Every commit of the writer empties a reader's page cache, so without a mapping each
+    // query copies its pages in again with pread; mapped, they are read in place.
+    conn.pragma_update(None, "mmap_size", super::MMAP_SIZE)?;
     Ok(conn)
 }
 
