@@ -131,6 +131,8 @@ struct TargetRun {
     retry: Vec<Duration>,
     concurrency: usize,
     lease: Duration,
+    /// Whether the source orders its events.
+    ordered: bool,
     sender: Sender,
 }
 
@@ -158,6 +160,7 @@ impl TargetRun {
             retry: t.retry.clone(),
             concurrency: t.concurrency,
             lease: t.lease,
+            ordered: source.order.is_some(),
             sender,
         })
     }
@@ -383,6 +386,7 @@ async fn run_target(
                     limit: free,
                     lease: t.lease,
                     max_attempts: t.max_attempts(),
+                    ordered: t.ordered,
                 };
                 match shared.writer.claim(request).await {
                     Ok(claims) => {

@@ -41,6 +41,8 @@ pub struct ClaimRequest {
     pub lease: Duration,
     /// After this many attempts the delivery is dead (the schedule's length plus one).
     pub max_attempts: u32,
+    /// Whether the source orders its events (only then can anything be superseded).
+    pub ordered: bool,
 }
 
 /// One claimed delivery, ready for an attempt.
@@ -120,19 +122,12 @@ pub struct Recorded {
 /// pending deliveries whose version is not newer than the last delivered one of their key
 /// become `superseded`.
 pub fn claim(conn: &Connection, req: &ClaimRequest, now: &str) -> rusqlite::Result<Vec<Claimed>> {
-    conn.prepare_cached(&format!(
-        "UPDATE deliveries
-            SET state = 'superseded', updated_at = ?3,
-                last_error = 'superseded: a version at least as new was already delivered'
-          WHERE source = ?1 AND target = ?2 AND state = 'pending' AND order_key IS NOT NULL
-            AND EXISTS (SELECT 1 FROM order_keys k
-                         WHERE k.source = deliveries.source AND k.target = deliveries.target
-                           AND k.order_key = deliveries.order_key
-                           AND {SAME_KIND}
-                           AND k.last_version >= deliveries.order_version)"
-    ))?
-    .execute(params![req.source, req.target, now])?;
-
+    // Only a source with ordering can have superseded deliveries. The partial index keeps
+    // this from walking every pending row (measured: without it, this statement was most
+    // of the writer's time while forwarding).
+    if req.ordered {
+        supersede(conn, req, now)?;
+    }
     let lease_until = clock::iso(SystemTime::now() + req.lease);
     let claimed: Vec<Claimed> = conn
         .prepare_cached(&format!(
@@ -174,6 +169,24 @@ pub fn claim(conn: &Connection, req: &ClaimRequest, now: &str) -> rusqlite::Resu
         .execute(params![c.delivery, now])?;
     }
     Ok(ready)
+}
+
+/// Pending deliveries whose version is not newer than the last delivered one of their key
+/// become `superseded`.
+fn supersede(conn: &Connection, req: &ClaimRequest, now: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(&format!(
+        "UPDATE deliveries INDEXED BY deliveries_order
+            SET state = 'superseded', updated_at = ?3,
+                last_error = 'superseded: a version at least as new was already delivered'
+          WHERE source = ?1 AND target = ?2 AND state = 'pending' AND order_key IS NOT NULL
+            AND EXISTS (SELECT 1 FROM order_keys k
+                         WHERE k.source = deliveries.source AND k.target = deliveries.target
+                           AND k.order_key = deliveries.order_key
+                           AND {SAME_KIND}
+                           AND k.last_version >= deliveries.order_version)"
+    ))?
+    .execute(params![req.source, req.target, now])?;
+    Ok(())
 }
 
 /// Records an attempt and moves its delivery to the next state. When the delivery had
