@@ -1,19 +1,6 @@
 //! The binary's command line: `check` on good and bad configs, and `--help`.
 
-use std::process::Command;
-
-fn hookinbox(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_hookinbox"))
-        .args(args)
-        .env_remove("HOOKINBOX_CONFIG")
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8(out.stdout).unwrap(),
-        String::from_utf8(out.stderr).unwrap(),
-    )
-}
+use crate::support::hookinbox;
 
 fn example() -> String {
     format!("{}/examples/quickstart.toml", env!("CARGO_MANIFEST_DIR"))

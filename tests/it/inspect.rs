@@ -2,7 +2,6 @@
 //! against a real inbox: one filled by a running server whose deliveries have settled, with
 //! two sources, a conflict, a dead delivery and delivered ones.
 
-use std::process::Command;
 
 use base64::Engine as _;
 use serde_json::Value;
@@ -92,18 +91,10 @@ async fn populated() -> (TestServer, Sink) {
 
 /// Runs the real binary with the server's config; (exit code, stdout bytes, stderr).
 fn hookinbox(server: &TestServer, args: &[&str]) -> (i32, Vec<u8>, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_hookinbox"))
-        .args(args)
-        .arg("--config")
-        .arg(&server.config.path)
-        .env_remove("HOOKINBOX_CONFIG")
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        out.stdout,
-        String::from_utf8(out.stderr).unwrap(),
-    )
+    let config = server.config.path.display().to_string();
+    let mut all = args.to_vec();
+    all.extend(["--config", &config]);
+    run_binary(&all)
 }
 
 /// Runs a command that must succeed and prints text.

@@ -1,26 +1,11 @@
 //! Operating hookinbox: replay, retention, backup, metrics, reload, logs. The commands are
 //! run as the real binary against an inbox that a real server filled.
 
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::sink::{Reply, Sink};
 use crate::support::*;
-
-/// Runs the real binary; returns (exit code, stdout, stderr).
-pub fn hookinbox(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_hookinbox"))
-        .args(args)
-        .env_remove("HOOKINBOX_CONFIG")
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 fn config_arg(server: &TestServer) -> String {
     server.config.path.display().to_string()

@@ -370,3 +370,24 @@ pub fn integrity_check(conn: &rusqlite::Connection) -> String {
     conn.query_row("PRAGMA integrity_check", [], |r| r.get(0))
         .unwrap()
 }
+
+/// Runs the real binary with `args` (no HOOKINBOX_CONFIG from the environment); returns
+/// (exit code, stdout bytes, stderr).
+pub fn run_binary(args: &[&str]) -> (i32, Vec<u8>, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookinbox"))
+        .args(args)
+        .env_remove("HOOKINBOX_CONFIG")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        out.stdout,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// [`run_binary`] with stdout as text.
+pub fn hookinbox(args: &[&str]) -> (i32, String, String) {
+    let (code, out, err) = run_binary(args);
+    (code, String::from_utf8_lossy(&out).into_owned(), err)
+}
