@@ -2,7 +2,6 @@
 //! against a real inbox: one filled by a running server whose deliveries have settled, with
 //! two sources, a conflict, a dead delivery and delivered ones.
 
-
 use base64::Engine as _;
 use serde_json::Value;
 
