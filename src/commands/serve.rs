@@ -109,13 +109,30 @@ impl Running {
         let _ = done.await;
     }
 
-    /// Whether the writer drains its queue within `within` and every delivery loop turns:
-    /// what the systemd watchdog is told, so that a wedged service gets restarted.
-    pub async fn alive(&self, within: Duration) -> bool {
-        let writer = tokio::time::timeout(within, self.writer.ping())
-            .await
-            .is_ok_and(|r| r.is_ok());
-        writer && self.delivery.stuck().is_none()
+    /// Feeds the systemd watchdog (period `d`) while the writer drains a ping and every
+    /// delivery loop turns, in a task of its own so that a reload cannot delay it. A check
+    /// may take half the period and the next starts a quarter later, so feeds are never more
+    /// than three quarters of a period apart while the service works; a wedged service
+    /// stops feeding and is restarted.
+    fn feed_watchdog(&self, d: Duration) -> JoinHandle<()> {
+        let (writer, delivery) = (self.writer.clone(), self.delivery.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(d / 4).await;
+                let drains = tokio::time::timeout(d / 2, writer.ping())
+                    .await
+                    .is_ok_and(|r| r.is_ok());
+                match (drains, delivery.stuck()) {
+                    (true, None) => notify(&[NotifyState::Watchdog]),
+                    (false, _) => tracing::error!(
+                        "not feeding the watchdog: the writer does not drain its queue"
+                    ),
+                    (true, Some(t)) => tracing::error!(
+                        "not feeding the watchdog: the delivery loop of {t} is stuck"
+                    ),
+                }
+            }
+        })
     }
 
     /// Applies a new configuration's sources (schemes, secrets, targets, ordering,
@@ -319,20 +336,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
     // The watchdog is fed only while the writer and the worker really work; a bare timer
     // would prove nothing.
-    let watchdog = sd_notify::watchdog_enabled();
-    let mut feed = tokio::time::interval(watchdog.map_or(Duration::from_secs(3600), |d| d / 2));
+    // The watchdog task holds a writer handle: it is stopped before the shutdown.
+    let watchdog = sd_notify::watchdog_enabled().map(|d| running.feed_watchdog(d));
     loop {
         tokio::select! {
             _ = term.recv() => break,
             _ = int.recv() => break,
-            _ = feed.tick(), if watchdog.is_some() => {
-                let d = watchdog.unwrap_or_default();
-                if running.alive(d / 4).await {
-                    notify(&[NotifyState::Watchdog]);
-                } else {
-                    tracing::error!("not feeding the watchdog: the writer or a delivery loop is stuck");
-                }
-            }
             _ = hup.recv() => match config::load(&path) {
                 Ok(new) => {
                     for warning in new.warnings() {
@@ -348,6 +357,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     }
     tracing::info!("shutting down: no new connections or claims; finishing what is in flight");
     notify(&[NotifyState::Stopping]);
+    if let Some(task) = watchdog {
+        task.abort();
+        let _ = task.await;
+    }
     running.shutdown().await;
     Ok(())
 }

@@ -36,6 +36,9 @@ pub const IDLE_POLL: Duration = Duration::from_secs(1);
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// On a reload, the old loops' attempts may run to their own timeout (at most an hour).
 const RELOAD_DRAIN: Duration = Duration::from_secs(3600);
+/// Under load, the longest a target's loop waits for more free slots before claiming for
+/// the ones it has.
+const CLAIM_BATCH_WAIT: Duration = Duration::from_millis(100);
 /// Pause after the writer refused a claim (the inbox is failing), so the loop does not spin.
 const CLAIM_BACKOFF: Duration = Duration::from_secs(1);
 
@@ -370,14 +373,20 @@ async fn run_target(
     beat: Arc<AtomicU64>,
 ) {
     let mut inflight = JoinSet::new();
+    let mut last_claim = Instant::now();
     while stop.borrow().is_none() {
         beat.store(unix_millis(), Ordering::Relaxed);
         while inflight.try_join_next().is_some() {}
         let free = t.concurrency.saturating_sub(inflight.len());
         let mut wait = IDLE_POLL;
         // Claim in batches: every claim is a commit, so under load wait until half the slots
-        // are free (attempts ending wake the loop); when idle, claim at once.
-        if free > 0 && (inflight.is_empty() || free * 2 >= t.concurrency) {
+        // are free (attempts ending wake the loop), or a short while since the last claim
+        // (slow attempts must not keep free slots idle); when idle, claim at once.
+        let batch_ready = inflight.is_empty()
+            || free * 2 >= t.concurrency
+            || last_claim.elapsed() >= CLAIM_BATCH_WAIT;
+        if free > 0 && batch_ready {
+            last_claim = Instant::now();
             let mut due = next_due(&shared.readers, &t).await;
             if due.is_some_and(|at| at <= SystemTime::now()) {
                 let request = ClaimRequest {

@@ -23,6 +23,8 @@ fn ready_is_notified_only_once_the_listener_answers_and_stopping_on_sigterm() {
         .args(["serve", "--config"])
         .arg(&config)
         .env("NOTIFY_SOCKET", &socket_path)
+        // WatchdogSec=0.4s: the service must feed it while it works.
+        .env("WATCHDOG_USEC", "400000")
         .env("RUST_LOG", "warn,hookinbox::commands::serve=info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -48,13 +50,19 @@ fn ready_is_notified_only_once_the_listener_answers_and_stopping_on_sigterm() {
     let mut answer = String::new();
     stream.read_to_string(&mut answer).unwrap();
     assert!(answer.starts_with("HTTP/1.1 405"), "{answer}");
+    let n = socket.recv(&mut buf).expect("a watchdog feed");
+    assert!(String::from_utf8_lossy(&buf[..n]).contains("WATCHDOG=1"));
 
     Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
         .unwrap();
-    let n = socket.recv(&mut buf).expect("STOPPING=1 on SIGTERM");
-    assert!(String::from_utf8_lossy(&buf[..n]).contains("STOPPING=1"));
+    // Watchdog feeds may still arrive before it.
+    let stopping = (0..100).any(|_| {
+        let n = socket.recv(&mut buf).expect("STOPPING=1 on SIGTERM");
+        String::from_utf8_lossy(&buf[..n]).contains("STOPPING=1")
+    });
+    assert!(stopping, "STOPPING=1 on SIGTERM");
     assert!(child.wait().unwrap().success());
 }
 
