@@ -18,8 +18,8 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const OUTPUT_LIMIT: usize = 2048;
 
 /// Request headers that are not forwarded: hop-by-hop headers, what the client sets itself,
-/// and the headers hookinbox sets.
-const NOT_FORWARDED: [&str; 13] = [
+/// and the idempotency key hookinbox sets (its `X-Hookinbox-*` headers go by prefix).
+const NOT_FORWARDED: [&str; 11] = [
     "connection",
     "keep-alive",
     "proxy-connection",
@@ -31,8 +31,6 @@ const NOT_FORWARDED: [&str; 13] = [
     "host",
     "content-length",
     "idempotency-key",
-    "x-hookinbox-event-id",
-    "x-hookinbox-attempt",
 ];
 
 /// Replaced by hookinbox's own signature when the target has a `sign_secret`.

@@ -96,20 +96,6 @@ impl Pruned {
     }
 }
 
-/// The cut-off times of a rule, as inbox text.
-struct Cutoffs {
-    payload: String,
-    identity: String,
-}
-
-fn cutoffs(rule: &Rule, now: SystemTime) -> Cutoffs {
-    let before = |d: Duration| clock::iso(now.checked_sub(d).unwrap_or(SystemTime::UNIX_EPOCH));
-    Cutoffs {
-        payload: before(rule.keep_payload),
-        identity: before(rule.keep_identity),
-    }
-}
-
 /// A finished event: nothing of it is waiting to be delivered.
 const FINISHED: &str = "NOT EXISTS (SELECT 1 FROM deliveries d
                                  WHERE d.event = e.id AND d.state IN ('pending', 'in_flight'))";
@@ -118,87 +104,115 @@ const FINISHED: &str = "NOT EXISTS (SELECT 1 FROM deliveries d
 const PAYLOAD_DONE: &str = "NOT EXISTS (SELECT 1 FROM deliveries d
                                     WHERE d.event = e.id AND d.state IN ('pending', 'in_flight', 'dead'))";
 
+/// The kinds of rows retention removes, in the order a chunk handles them.
+#[derive(Clone, Copy)]
+enum Kind {
+    Payloads,
+    Events,
+    Conflicts,
+    Attempts,
+    OrderKeys,
+}
+
+const KINDS: [Kind; 5] = [
+    Kind::Payloads,
+    Kind::Events,
+    Kind::Conflicts,
+    Kind::Attempts,
+    Kind::OrderKeys,
+];
+
+impl Kind {
+    /// The keys of the rows due for removal: `?1` is the source, `?2` the cut-off. One
+    /// text for the prune and for the dry run, so the two never disagree.
+    fn candidates(self) -> String {
+        match self {
+            Kind::Payloads => format!(
+                "SELECT e.id FROM events e INDEXED BY events_unpruned
+                  WHERE e.source = ?1 AND e.received_at < ?2 AND e.pruned_at IS NULL
+                    AND {PAYLOAD_DONE}"
+            ),
+            Kind::Events => format!(
+                "SELECT e.id FROM events e INDEXED BY events_age
+                  WHERE e.source = ?1 AND e.received_at < ?2 AND {FINISHED}"
+            ),
+            Kind::Conflicts => {
+                "SELECT id FROM conflicts WHERE source = ?1 AND last_seen_at < ?2".into()
+            }
+            Kind::Attempts => "SELECT a.id FROM attempts a JOIN deliveries d ON d.id = a.delivery
+                                WHERE d.source = ?1 AND a.started_at < ?2
+                                  AND d.state NOT IN ('pending', 'in_flight')"
+                .into(),
+            Kind::OrderKeys => {
+                "SELECT rowid FROM order_keys WHERE source = ?1 AND updated_at < ?2".into()
+            }
+        }
+    }
+
+    /// Removes at most [`CHUNK`] of them (`?3`); `?4` is the time of the prune.
+    fn removal(self) -> String {
+        let chunk = format!("{} LIMIT ?3", self.candidates());
+        match self {
+            Kind::Payloads => format!(
+                "UPDATE events SET body = NULL, headers = NULL, pruned_at = ?4 WHERE id IN ({chunk})"
+            ),
+            Kind::Events => format!("DELETE FROM events WHERE id IN ({chunk})"),
+            Kind::Conflicts => format!("DELETE FROM conflicts WHERE id IN ({chunk})"),
+            Kind::Attempts => format!("DELETE FROM attempts WHERE id IN ({chunk})"),
+            Kind::OrderKeys => format!("DELETE FROM order_keys WHERE rowid IN ({chunk})"),
+        }
+    }
+
+    /// Payloads and everything kept as long as them use `keep_payload`; identities and
+    /// ordering state `keep_identity`.
+    fn cutoff(self, rule: &Rule, now: SystemTime) -> String {
+        let keep = match self {
+            Kind::Payloads | Kind::Conflicts | Kind::Attempts => rule.keep_payload,
+            Kind::Events | Kind::OrderKeys => rule.keep_identity,
+        };
+        clock::iso(now.checked_sub(keep).unwrap_or(SystemTime::UNIX_EPOCH))
+    }
+
+    fn count_into(self, p: &mut Pruned, n: i64) {
+        match self {
+            Kind::Payloads => p.payloads += n,
+            Kind::Events => p.events += n,
+            Kind::Conflicts => p.conflicts += n,
+            Kind::Attempts => p.attempts += n,
+            Kind::OrderKeys => p.order_keys += n,
+        }
+    }
+}
+
 /// One chunk of work for `rule`: at most [`CHUNK`] rows of each kind. Returns what it did;
 /// zero everywhere means the rule is applied.
 pub fn prune_chunk(conn: &Connection, rule: &Rule, now: SystemTime) -> rusqlite::Result<Pruned> {
-    let c = cutoffs(rule, now);
     let stamp = clock::iso(now);
-    let payloads = conn
-        .prepare_cached(&format!(
-            "UPDATE events SET body = NULL, headers = NULL, pruned_at = ?4
-              WHERE id IN (SELECT e.id FROM events e INDEXED BY events_unpruned
-                            WHERE e.source = ?1 AND e.received_at < ?2 AND e.pruned_at IS NULL
-                              AND {PAYLOAD_DONE}
-                            LIMIT ?3)"
-        ))?
-        .execute(params![rule.source, c.payload, CHUNK, stamp])?;
-    let events = conn
-        .prepare_cached(&format!(
-            "DELETE FROM events
-              WHERE id IN (SELECT e.id FROM events e INDEXED BY events_age
-                            WHERE e.source = ?1 AND e.received_at < ?2 AND {FINISHED}
-                            LIMIT ?3)"
-        ))?
-        .execute(params![rule.source, c.identity, CHUNK])?;
-    let conflicts = conn
-        .prepare_cached(
-            "DELETE FROM conflicts
-              WHERE id IN (SELECT id FROM conflicts WHERE source = ?1 AND last_seen_at < ?2 LIMIT ?3)",
-        )?
-        .execute(params![rule.source, c.payload, CHUNK])?;
-    let attempts = conn
-        .prepare_cached(
-            "DELETE FROM attempts
-              WHERE id IN (SELECT a.id FROM attempts a JOIN deliveries d ON d.id = a.delivery
-                            WHERE d.source = ?1 AND a.started_at < ?2
-                              AND d.state NOT IN ('pending', 'in_flight')
-                            LIMIT ?3)",
-        )?
-        .execute(params![rule.source, c.payload, CHUNK])?;
-    let order_keys = conn
-        .prepare_cached(
-            "DELETE FROM order_keys
-              WHERE rowid IN (SELECT rowid FROM order_keys
-                               WHERE source = ?1 AND updated_at < ?2 LIMIT ?3)",
-        )?
-        .execute(params![rule.source, c.identity, CHUNK])?;
-    let n = |x: usize| i64::try_from(x).unwrap_or(i64::MAX);
-    Ok(Pruned {
-        payloads: n(payloads),
-        events: n(events),
-        conflicts: n(conflicts),
-        attempts: n(attempts),
-        order_keys: n(order_keys),
-    })
+    let mut done = Pruned::default();
+    for kind in KINDS {
+        let mut stmt = conn.prepare_cached(&kind.removal())?;
+        let cutoff = kind.cutoff(rule, now);
+        // Only the payload update names the time of the prune.
+        let n = match kind {
+            Kind::Payloads => stmt.execute(params![rule.source, cutoff, CHUNK, stamp])?,
+            _ => stmt.execute(params![rule.source, cutoff, CHUNK])?,
+        };
+        kind.count_into(&mut done, i64::try_from(n).unwrap_or(i64::MAX));
+    }
+    Ok(done)
 }
 
 /// What [`prune_chunk`] would do for `rule`, counted in full (a dry run).
 pub fn count(conn: &Connection, rule: &Rule, now: SystemTime) -> rusqlite::Result<Pruned> {
-    let c = cutoffs(rule, now);
-    let one = |sql: &str, cutoff: &str| -> rusqlite::Result<i64> {
-        conn.prepare_cached(sql)?
-            .query_row(params![rule.source, cutoff], |r| r.get(0))
-    };
-    Ok(Pruned {
-        payloads: one(
-            &format!(
-                "SELECT count(*) FROM events e WHERE e.source = ?1 AND e.received_at < ?2
-                    AND e.pruned_at IS NULL AND {PAYLOAD_DONE}"
-            ),
-            &c.payload,
-        )?,
-        events: one(
-            &format!("SELECT count(*) FROM events e WHERE e.source = ?1 AND e.received_at < ?2 AND {FINISHED}"),
-            &c.identity,
-        )?,
-        conflicts: one("SELECT count(*) FROM conflicts WHERE source = ?1 AND last_seen_at < ?2", &c.payload)?,
-        attempts: one(
-            "SELECT count(*) FROM attempts a JOIN deliveries d ON d.id = a.delivery
-              WHERE d.source = ?1 AND a.started_at < ?2 AND d.state NOT IN ('pending', 'in_flight')",
-            &c.payload,
-        )?,
-        order_keys: one("SELECT count(*) FROM order_keys WHERE source = ?1 AND updated_at < ?2", &c.identity)?,
-    })
+    let mut would = Pruned::default();
+    for kind in KINDS {
+        let sql = format!("SELECT count(*) FROM ({})", kind.candidates());
+        let n = conn
+            .prepare_cached(&sql)?
+            .query_row(params![rule.source, kind.cutoff(rule, now)], |r| r.get(0))?;
+        kind.count_into(&mut would, n);
+    }
+    Ok(would)
 }
 
 /// Applies every rule through the writer, chunk by chunk, until done or until `stop` is
