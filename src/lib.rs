@@ -12,9 +12,11 @@
 //! - [`receive`]: the public listener: limits, routing, verification, answers.
 //! - [`deliver`]: the worker that forwards stored events to their targets, with retries.
 //! - [`admin`]: the local admin listener: metrics and health.
+//! - [`oracle`]: the crash and load tests' checker (what was acknowledged vs the inbox).
 //! - [`proxy`]: believing `X-Forwarded-For` only from configured proxies.
 //! - [`metrics`]: the Prometheus registry and every metric hookinbox exports.
 //! - [`commands`]: one module per subcommand.
+//! - [`failpoint`]: fault injection at the durability boundaries (a test-only feature).
 //! - [`terminal`]: escaping provider-controlled text before it reaches a terminal.
 //! - [`clock`]: wall-clock time as unix seconds and as the inbox's ISO-8601 text.
 
@@ -24,7 +26,9 @@ pub mod clock;
 pub mod commands;
 pub mod config;
 pub mod deliver;
+pub mod failpoint;
 pub mod metrics;
+pub mod oracle;
 pub mod proxy;
 pub mod receive;
 pub mod scheme;

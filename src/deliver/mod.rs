@@ -398,6 +398,8 @@ async fn run_target(
                     ordered: t.ordered,
                 };
                 match shared.writer.claim(request).await {
+                    // Claimed, then forgotten as a crash would: the leases bring them back.
+                    Ok(_) if crate::failpoint::error("deliver.after_claim") => due = None,
                     Ok(claims) => {
                         let all = claims.len() == free;
                         // One read for the whole claim, not one per attempt.
@@ -522,6 +524,10 @@ async fn attempt(
             "-".into(),
         ),
     };
+    if crate::failpoint::error("deliver.after_send") {
+        // The target's answer is lost before it is recorded; the lease brings it back.
+        return;
+    }
     let next = decide(&t, c.in_schedule(), &result);
     let duration_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
     shared

@@ -334,7 +334,10 @@ impl Loop {
                         .writer_commit_seconds
                         .observe(started.elapsed().as_secs_f64());
                     self.health.last_commit_ok.store(true, Ordering::Relaxed);
-                    None
+                    // Committed but refused: the caller hears 503 and the provider's retry
+                    // finds a duplicate. Safe, which is what the sweep checks.
+                    (events > 0 && crate::failpoint::error("writer.after_commit"))
+                        .then(|| WriteError::CommitFailed("failpoint writer.after_commit".into()))
                 }
                 Err(e) => {
                     self.failed(&e, jobs.len());
@@ -445,6 +448,14 @@ fn run_batch(conn: &mut Connection, jobs: &mut [Box<dyn Job>]) -> Result<(), sup
                 job.fail(WriteError::CommitFailed(e.to_string()));
             }
         }
+    }
+    if jobs.iter().any(|j| j.is_event()) && crate::failpoint::error("writer.before_commit") {
+        // What a failing fsync looks like to SQLite's caller.
+        return Err(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR),
+            Some("failpoint writer.before_commit".into()),
+        )
+        .into());
     }
     tx.commit()?;
     Ok(())

@@ -6,207 +6,29 @@
 //! A few iterations run in the suite; `scripts/crash-loop.sh N` runs N of them.
 //! `HOOKINBOX_CRASH_SEED` replays a printed seed.
 
-use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use tokio::sync::watch;
+use hookinbox::oracle::{self, Ledger, Rng};
 
+use crate::load::Load;
+use crate::proc::{Proc, deploy, forwarding_to};
 use crate::sink::{Reply, Sink};
 use crate::support::*;
 
 const CONNECTIONS: usize = 8;
 
-/// The real `hookinbox serve`, with its stderr drained so that it never blocks on a pipe.
-struct Proc {
-    child: Child,
-    public: SocketAddr,
-    /// Everything it wrote to stderr so far.
-    logs: Arc<Mutex<Vec<String>>>,
-}
-
-impl Proc {
-    fn spawn(config: &Path) -> Proc {
-        Self::spawn_with(config, &[])
-    }
-
-    /// Starts `hookinbox serve --config CONFIG EXTRA…` and waits until it listens.
-    fn spawn_with(config: &Path, extra: &[&str]) -> Proc {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_hookinbox"))
-            .args(["serve", "--config"])
-            .arg(config)
-            .args(extra)
-            .env("RUST_LOG", "warn,hookinbox::commands::serve=info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the hookinbox binary starts");
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let logs: Arc<Mutex<Vec<String>>> = Arc::default();
-        let public = loop {
-            let line = lines
-                .next()
-                .unwrap_or_else(|| {
-                    panic!("hookinbox exited before listening: {:?}", child.try_wait())
-                })
-                .unwrap();
-            logs.lock().unwrap().push(line.clone());
-            // The text format says public=ADDR; the JSON format has it as a field.
-            let text = line
-                .split_whitespace()
-                .find_map(|w| w.strip_prefix("public="))
-                .map(str::to_owned);
-            let json = serde_json::from_str::<serde_json::Value>(&line)
-                .ok()
-                .and_then(|v| v["fields"]["public"].as_str().map(str::to_owned));
-            if let Some(addr) = text.or(json) {
-                break addr.parse().unwrap();
-            }
-        };
-        let sink = logs.clone();
-        std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                sink.lock().unwrap().push(line);
-            }
-        });
-        Proc {
-            child,
-            public,
-            logs,
-        }
-    }
-
-    /// Sends a signal by name (HUP, TERM, …).
-    fn signal(&self, name: &str) {
-        let status = Command::new("kill")
-            .args([&format!("-{name}"), &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-
-    fn sigkill(mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-
-    /// SIGTERM, and the exit status of a graceful shutdown.
-    fn sigterm(mut self) -> std::process::ExitStatus {
-        self.signal("TERM");
-        self.child.wait().unwrap()
-    }
-}
-
-/// A small xorshift generator: deterministic from a printed seed, no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-/// What the load generator saw: every id it sent, and the bodies that were acknowledged.
-#[derive(Default)]
-struct Ledger {
-    sent: HashSet<String>,
-    acked: HashMap<String, Vec<u8>>,
-}
-
-/// Sends unique signed events on `CONNECTIONS` keep-alive connections until `stop` or
-/// until the server goes away.
-async fn load(
-    public: SocketAddr,
-    scheme: Arc<hookinbox::scheme::Scheme>,
-    iteration: usize,
-    seed: u64,
-    ledger: Arc<Mutex<Ledger>>,
-    stop: watch::Receiver<bool>,
-) {
-    let mut tasks = Vec::new();
-    for c in 0..CONNECTIONS {
-        let (scheme, ledger, stop) = (scheme.clone(), ledger.clone(), stop.clone());
-        tasks.push(tokio::spawn(async move {
-            let client = client();
-            let mut rng = Rng(seed ^ ((c as u64 + 1) << 32) ^ iteration as u64);
-            for n in 0.. {
-                if *stop.borrow() {
-                    return;
-                }
-                let id = format!("msg_{iteration}_{c}_{n}");
-                let pad = "b".repeat(rng.below(2000) as usize);
-                let req = sign_with(
-                    &scheme,
-                    &id,
-                    &event_body(&id, &pad),
-                    hookinbox::clock::unix_now(),
-                );
-                ledger.lock().unwrap().sent.insert(id.clone());
-                let mut r = client
-                    .post(format!("http://{public}/hooks/sw"))
-                    .body(req.body.clone());
-                for (k, v) in &req.headers {
-                    r = r.header(k, v);
-                }
-                match r.send().await {
-                    Ok(resp) if resp.status().is_success() => {
-                        ledger.lock().unwrap().acked.insert(id, req.body);
-                    }
-                    // Refused honestly (a shutdown is under way): not acknowledged.
-                    Ok(resp) if resp.status() == 503 => {}
-                    Ok(resp) => panic!("unexpected answer {} for {id}", resp.status()),
-                    // The process was killed under us: this request's fate is unknown.
-                    Err(_) => return,
-                }
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
-}
-
-/// Checks the inbox against the ledger: nothing acknowledged lost or altered, nothing
-/// unexpected, the file intact.
+/// Checks the inbox against the ledger (the oracle), and that each event has its one
+/// delivery row.
 fn check(db: &Path, ledger: &Ledger) {
-    let conn = open_read(db);
-    assert_eq!(integrity_check(&conn), "ok");
-    let mut stmt = conn.prepare("SELECT event_id, body FROM events").unwrap();
-    let stored: HashMap<String, Vec<u8>> = stmt
-        .query_map([], |r| Ok((r.get(0)?, r.get_ref(1)?.as_bytes()?.to_vec())))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    for (id, body) in &ledger.acked {
-        let found = stored
-            .get(id)
-            .unwrap_or_else(|| panic!("acknowledged event {id} is lost"));
-        assert_eq!(found, body, "acknowledged event {id} changed");
-    }
-    for id in stored.keys() {
-        assert!(
-            ledger.sent.contains(id),
-            "{id} is in the inbox but was never sent"
-        );
-    }
-    let deliveries: i64 = conn
+    let report = oracle::check(db, "sw", ledger, None).unwrap();
+    report.assert_ok();
+    let deliveries: i64 = open_read(db)
         .query_row("SELECT count(*) FROM deliveries", [], |r| r.get(0))
         .unwrap();
     assert_eq!(
-        deliveries as usize,
-        stored.len(),
+        deliveries as usize, report.stored,
         "each event has its delivery row"
     );
 }
@@ -217,16 +39,7 @@ async fn sigkill_at_random_moments_loses_no_acknowledged_event() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(3);
-    let seed: u64 = std::env::var("HOOKINBOX_CRASH_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        });
+    let seed = Rng::seed_from_env("HOOKINBOX_CRASH_SEED");
     eprintln!("crash test: {iterations} iterations, HOOKINBOX_CRASH_SEED={seed}");
     let mut rng = Rng(seed);
 
@@ -236,20 +49,18 @@ async fn sigkill_at_random_moments_loses_no_acknowledged_event() {
 
     for iteration in 0..iterations {
         let proc = Proc::spawn(&config_path);
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let generator = tokio::spawn(load(
-            proc.public,
+        let load = Load::start(
+            &format!("http://{}", proc.public),
             scheme.clone(),
-            iteration,
-            seed,
+            &iteration.to_string(),
+            CONNECTIONS,
+            seed ^ iteration as u64,
             ledger.clone(),
-            stop_rx,
-        ));
+        );
         let delay = Duration::from_millis(200 + rng.below(1300));
         tokio::time::sleep(delay).await;
         proc.sigkill();
-        let _ = stop_tx.send(true);
-        generator.await.unwrap();
+        load.stop().await;
 
         // Restart on the same inbox: WAL recovery runs, then the server must serve again.
         let proc = Proc::spawn(&config_path);
@@ -257,8 +68,8 @@ async fn sigkill_at_random_moments_loses_no_acknowledged_event() {
             let ledger = ledger.lock().unwrap();
             eprintln!(
                 "iteration {iteration}: killed after {delay:?}; {} acknowledged of {} sent so far",
-                ledger.acked.len(),
-                ledger.sent.len()
+                ledger.acked(),
+                ledger.sent()
             );
             check(&db, &ledger);
         }
@@ -270,48 +81,10 @@ async fn sigkill_at_random_moments_loses_no_acknowledged_event() {
     }
     let ledger = ledger.lock().unwrap();
     assert!(
-        !ledger.acked.is_empty(),
+        ledger.acked() > 0,
         "the load generator got some events acknowledged"
     );
     check(&db, &ledger);
-}
-
-/// The `sw` source forwarding to `url`, with short timeouts and leases so that a crash
-/// mid-attempt is recovered within seconds.
-fn forwarding_to(url: &str) -> String {
-    forwarding(
-        url,
-        "timeout = \"2s\"\nlease = \"7s\"\nretry = [\"200ms\", \"200ms\", \"200ms\", \"200ms\", \"200ms\"]\nconcurrency = 16",
-    )
-}
-
-/// A config file for the real binary in a temporary directory.
-struct Deployed {
-    _dir: tempfile::TempDir,
-    db: std::path::PathBuf,
-    config: std::path::PathBuf,
-    /// The source's scheme, to sign requests as its provider would.
-    scheme: Arc<hookinbox::scheme::Scheme>,
-}
-
-fn deploy(sources: &str) -> Deployed {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("inbox.db");
-    let config = dir.path().join("hookinbox.toml");
-    std::fs::write(&config, config_text(SERVER, &db, sources)).unwrap();
-    let scheme = Arc::new(
-        hookinbox::config::load(&config)
-            .unwrap()
-            .sources
-            .remove(0)
-            .scheme,
-    );
-    Deployed {
-        _dir: dir,
-        db,
-        config,
-        scheme,
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -422,22 +195,27 @@ async fn sigterm_under_load_exits_0_in_time_and_loses_nothing() {
     let ledger = Arc::new(Mutex::new(Ledger::default()));
 
     let proc = Proc::spawn(&config_path);
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let generator = tokio::spawn(load(proc.public, scheme, 0, 7, ledger.clone(), stop_rx));
+    let load = Load::start(
+        &format!("http://{}", proc.public),
+        scheme,
+        "term",
+        CONNECTIONS,
+        7,
+        ledger.clone(),
+    );
     tokio::time::sleep(Duration::from_millis(800)).await;
     let asked = std::time::Instant::now();
     let status = tokio::task::spawn_blocking(move || proc.sigterm())
         .await
         .unwrap();
     let took = asked.elapsed();
-    let _ = stop_tx.send(true);
-    generator.await.unwrap();
+    load.stop().await;
     eprintln!("SIGTERM under load: exited {status:?} after {took:?}");
     assert!(status.success(), "exit 0 after SIGTERM: {status:?}");
     // The drain allows 10 s for requests and 10 s for attempts, run side by side.
     assert!(took < Duration::from_secs(25), "shutdown took {took:?}");
     let ledger = ledger.lock().unwrap();
-    assert!(!ledger.acked.is_empty());
+    assert!(ledger.acked() > 0);
     check(&db, &ledger);
 }
 

@@ -28,12 +28,17 @@ mod cli;
 mod crash;
 mod dedup;
 mod deliver;
+#[cfg(feature = "failpoints")]
+mod failpoints;
+mod fault_sink;
 mod group_commit;
 mod inbox_sqlite;
 mod inspect;
 mod install;
 mod limits;
+mod load;
 mod operate;
+mod proc;
 mod scheme_props;
 mod schemes;
 mod sink;

@@ -41,6 +41,8 @@ pub enum Reply {
     With(u16, Vec<(&'static str, String)>),
     /// Waits this long, then answers 200 (past the target's timeout: the attempt failed).
     Hang(Duration),
+    /// Closes the connection without an answer, as a crashing app or a reset would.
+    Reset,
 }
 
 type Behaviour = dyn Fn(&Received, usize) -> Reply + Send + Sync;
@@ -97,12 +99,14 @@ impl Sink {
                                     tokio::time::sleep(d).await;
                                     (200, Vec::new())
                                 }
+                                // An error from the service makes hyper drop the connection.
+                                Reply::Reset => return Err(std::io::Error::other("reset")),
                             };
                             let mut resp = Response::builder().status(status);
                             for (k, v) in headers {
                                 resp = resp.header(k, v);
                             }
-                            Ok::<_, std::convert::Infallible>(
+                            Ok::<_, std::io::Error>(
                                 resp.body(Full::new(Bytes::from_static(b"sink says hi")))
                                     .unwrap(),
                             )

@@ -1,21 +1,27 @@
 //! When the inbox cannot commit, the answer is 503 with Retry-After, never 2xx, and
 //! nothing is half-stored; when the cause goes away, the same server stores again.
 
-use std::io::Write;
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use hookinbox::oracle::{self, Ledger};
+
+use crate::load::{Answers, Load};
 use crate::support::*;
 
 /// A small tmpfs, unmounted when dropped.
 struct SmallDisk(PathBuf);
 
 impl SmallDisk {
-    /// Mounts a 2 MiB tmpfs at `dir`, or says why it cannot (mounting needs root).
-    fn mount(dir: &Path) -> Result<SmallDisk, String> {
+    /// Mounts a tmpfs of `size` (e.g. "2m") at `dir`, or says why it cannot (mounting
+    /// needs root).
+    fn mount(dir: &Path, size: &str) -> Result<SmallDisk, String> {
         std::fs::create_dir_all(dir).unwrap();
         let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=2m", "tmpfs"])
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
             .arg(dir)
             .output()
             .map_err(|e| format!("cannot run mount: {e}"))?;
@@ -58,7 +64,7 @@ async fn readyz(server: &TestServer) -> u16 {
 #[tokio::test]
 async fn a_full_disk_answers_503_never_2xx_and_recovers_when_space_returns() {
     let dir = tempfile::tempdir().unwrap();
-    let disk = match SmallDisk::mount(&dir.path().join("disk")) {
+    let disk = match SmallDisk::mount(&dir.path().join("disk"), "2m") {
         Ok(d) => d,
         Err(why) => {
             eprintln!("SKIPPED a_full_disk_answers_503: {why} (run the suite as root, as CI does)");
@@ -136,5 +142,195 @@ async fn readiness_returns_after_a_failure_without_waiting_for_traffic() {
     // No webhook arrives; the readiness probe itself must find the inbox writable again.
     assert_eq!(readyz(&server).await, 200);
     assert_eq!(server.count("SELECT count(*) FROM events"), 0);
+    server.stop().await;
+}
+
+/// Load on an in-process server, recorded in `ledger`.
+fn load_on(server: &TestServer, tag: &str, ledger: &Arc<Mutex<Ledger>>) -> Load {
+    let scheme = hookinbox::config::load(&server.config.path)
+        .unwrap()
+        .sources
+        .remove(0)
+        .scheme;
+    Load::start(&server.base, Arc::new(scheme), tag, 8, 1, ledger.clone())
+}
+
+/// (2xx, 503) answers that came between `from` and `to`.
+fn answered(answers: &Answers, from: Instant, to: Instant) -> (usize, usize) {
+    let during = answers.iter().filter(|(at, _)| *at >= from && *at < to);
+    during.fold((0, 0), |(ok, refused), (_, status)| match status {
+        Some(200) => (ok + 1, refused),
+        Some(503) => (ok, refused + 1),
+        other => panic!("only 200 and 503 are expected, got {other:?}"),
+    })
+}
+
+/// The oracle over the whole run, and the promise's other half: an event is stored with
+/// its delivery row or not at all.
+fn check(server: &TestServer, ledger: &Arc<Mutex<Ledger>>) {
+    let report = oracle::check(&server.db, "sw", &ledger.lock().unwrap(), None).unwrap();
+    report.assert_ok();
+    assert_eq!(
+        server.count("SELECT count(*) FROM deliveries") as usize,
+        report.stored
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_load_a_full_disk_is_refused_then_ingest_resumes_and_nothing_is_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = match SmallDisk::mount(&dir.path().join("disk"), "8m") {
+        Ok(d) => d,
+        Err(why) => {
+            eprintln!("SKIPPED under_load_a_full_disk: {why} (run the suite as root, as CI does)");
+            return;
+        }
+    };
+    let server = TestServer::start_at(dir, disk.0.join("inbox.db"), SERVER, ONE_SOURCE).await;
+    let ledger = Arc::default();
+    let load = load_on(&server, "full", &ledger);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let filler = disk.0.join("filler");
+    tokio::task::block_in_place(|| fill(&filler));
+    let full = Instant::now();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    std::fs::remove_file(&filler).unwrap();
+    let freed = Instant::now();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let answers = load.stop().await;
+
+    let (_, refused) = answered(&answers, full, freed);
+    let (ok_after, _) = answered(&answers, freed, Instant::now());
+    eprintln!("full disk under load: {refused} refused while full, {ok_after} stored after");
+    assert!(refused > 0, "a full disk is answered with 503");
+    assert!(ok_after > 0, "ingest resumes without a restart");
+    check(&server, &ledger);
+    assert_eq!(integrity_check(&server.read()), "ok");
+    server.stop().await;
+    drop(disk);
+}
+
+/// The distribution's `sqlite3` shell on the inbox, as an operator would open it, with its
+/// stdin kept open so that a transaction stays open between commands.
+struct Shell {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<std::process::ChildStdout>,
+}
+
+impl Shell {
+    fn open(db: &Path, readonly: bool) -> Shell {
+        let mut cmd = Command::new("sqlite3");
+        // Wait for locks as an operator would be told to (the shell's default is not to
+        // wait at all), and stop at the first error instead of leaving the test waiting.
+        cmd.args(["-bail", "-cmd", ".timeout 10000"]);
+        if readonly {
+            cmd.arg("-readonly");
+        }
+        let mut child = cmd
+            .arg(db)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("sqlite3 is installed (.ci/run installs it)");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Shell {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    /// Runs `sql` and returns the first line it printed (empty if sqlite3 failed).
+    fn run(&mut self, sql: &str) -> String {
+        writeln!(self.stdin, "{sql}").unwrap();
+        self.stdin.flush().unwrap();
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        line.trim().to_owned()
+    }
+
+    fn quit(mut self) {
+        writeln!(self.stdin, ".quit").unwrap();
+        drop(self.stdin);
+        assert!(self.child.wait().unwrap().success());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_load_a_write_lock_held_in_sqlite3_gets_503s_then_ingest_resumes() {
+    let server = TestServer::start(ONE_SOURCE).await;
+    let ledger = Arc::default();
+    let load = load_on(&server, "lock", &ledger);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let mut shell = Shell::open(&server.db, false);
+    assert_eq!(
+        tokio::task::block_in_place(|| shell.run("BEGIN IMMEDIATE; SELECT 'locked';")),
+        "locked"
+    );
+    let locked = Instant::now();
+    // Longer than the writer's lock timeout, so that batches fail.
+    tokio::time::sleep(hookinbox::store::WRITE_LOCK_TIMEOUT + Duration::from_secs(1)).await;
+    assert_eq!(
+        tokio::task::block_in_place(|| shell.run("ROLLBACK; SELECT 'released';")),
+        "released"
+    );
+    let released = Instant::now();
+    shell.quit();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let answers = load.stop().await;
+
+    let (_, refused) = answered(&answers, locked, released);
+    let (ok_after, _) = answered(&answers, released, Instant::now());
+    eprintln!("write lock under load: {refused} refused while held, {ok_after} stored after");
+    assert!(
+        refused > 0,
+        "requests waiting on a held lock are answered 503"
+    );
+    assert!(ok_after > 0, "ingest resumes once the lock is released");
+    check(&server, &ledger);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_load_a_long_read_in_sqlite3_never_fails_ingest_and_the_wal_shrinks_after() {
+    let server = TestServer::start(ONE_SOURCE).await;
+    let wal = server.db.with_extension("db-wal");
+    let ledger = Arc::default();
+    let load = load_on(&server, "read", &ledger);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // An old snapshot held open: checkpoints cannot move past it, so the WAL only grows.
+    let mut shell = Shell::open(&server.db, true);
+    let counted = tokio::task::block_in_place(|| shell.run("BEGIN; SELECT count(*) FROM events;"));
+    let wal_at_start = std::fs::metadata(&wal).unwrap().len();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let wal_at_end = std::fs::metadata(&wal).unwrap().len();
+    tokio::task::block_in_place(|| shell.run("COMMIT; SELECT 'done';"));
+    shell.quit();
+    let answers = load.stop().await;
+
+    let (ok, refused) = answered(&answers, answers[0].0, Instant::now());
+    eprintln!(
+        "long read under load: {ok} stored, {refused} refused; {counted} events in the reader's \
+         snapshot; WAL {wal_at_start} -> {wal_at_end} bytes while it was open"
+    );
+    assert_eq!(refused, 0, "a reader never blocks ingest");
+    assert!(answers.iter().all(|(_, s)| s.is_some()));
+    check(&server, &ledger);
+
+    // Once idle, the checkpoint truncates the WAL.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::metadata(&wal).map_or(0, |m| m.len()) > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        std::fs::metadata(&wal).map_or(0, |m| m.len()),
+        0,
+        "the idle checkpoint truncates the WAL after the reader left"
+    );
     server.stop().await;
 }
