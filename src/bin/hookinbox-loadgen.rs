@@ -6,8 +6,13 @@
 //! hookinbox-loadgen send --config FILE --source NAME --url http://127.0.0.1:8080 \
 //!     [--connections 32] [--duration 6s] [--rate N] [--body-size 1500] [--duplicates] \
 //!     [--log FILE]
-//! hookinbox-loadgen bare --listen 127.0.0.1:8090     # reads each body, answers 200
+//! hookinbox-loadgen bare --listen 127.0.0.1:8090 [--log FILE]   # reads each body, answers 200
+//! hookinbox-loadgen check --db inbox.db --source NAME --log FILE… [--receipts FILE…]
 //! ```
+//!
+//! `check` is the oracle (`hookinbox::oracle`) over the logs of earlier runs: it exits 1
+//! and names the events if anything acknowledged is lost or altered, anything unsent is
+//! stored, or (with receipts, once every delivery finished) a delivery went wrong.
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -65,10 +70,27 @@ enum Mode {
         #[arg(long)]
         log: Option<PathBuf>,
     },
-    /// A bare hyper server that reads each request body and answers 200: the ceiling
+    /// A bare hyper server that reads each request body and answers 200: the ceiling,
+    /// and the target the forwarding benchmark delivers to
     Bare {
         #[arg(long)]
         listen: SocketAddr,
+        /// Write one line per request: event id, idempotency key, sha256 of the body
+        #[arg(long)]
+        log: Option<PathBuf>,
+    },
+    /// Check an inbox against what `send` logged (and `bare` received): exit 1 on any loss
+    Check {
+        #[arg(long)]
+        db: PathBuf,
+        #[arg(long)]
+        source: String,
+        /// `send --log` files
+        #[arg(long, required = true, num_args = 1..)]
+        log: Vec<PathBuf>,
+        /// `bare --log` files; only once every delivery has finished
+        #[arg(long, num_args = 1..)]
+        receipts: Vec<PathBuf>,
     },
 }
 
@@ -78,7 +100,13 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     match cli.command {
-        Mode::Bare { listen } => runtime.block_on(bare(listen)),
+        Mode::Bare { listen, log } => runtime.block_on(bare(listen, log)),
+        Mode::Check {
+            db,
+            source,
+            log,
+            receipts,
+        } => check(&db, &source, &log, &receipts),
         Mode::Send {
             config,
             source,
@@ -110,18 +138,102 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
-async fn bare(listen: SocketAddr) -> anyhow::Result<()> {
+fn check(
+    db: &std::path::Path,
+    source: &str,
+    logs: &[PathBuf],
+    receipts: &[PathBuf],
+) -> anyhow::Result<()> {
+    use hookinbox::oracle;
+    let mut ledger = oracle::Ledger::default();
+    for log in logs {
+        ledger.read_log(log)?;
+    }
+    let mut received = Vec::new();
+    for file in receipts {
+        received.extend(oracle::read_receipts(file)?);
+    }
+    let report = oracle::check(
+        db,
+        source,
+        &ledger,
+        (!receipts.is_empty()).then_some(&received[..]),
+    )?;
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    let problems = report.problems();
+    for p in &problems {
+        eprintln!("FAILED: {p}");
+    }
+    if !problems.is_empty() {
+        std::process::exit(1);
+    }
+    eprintln!(
+        "ok: {} acknowledged, {} stored, none lost, altered or unexpected",
+        report.acked, report.stored
+    );
+    Ok(())
+}
+
+type Log = Option<Arc<Mutex<std::io::BufWriter<std::fs::File>>>>;
+
+fn open_log(path: Option<PathBuf>) -> anyhow::Result<Log> {
+    Ok(match path {
+        Some(p) => Some(Arc::new(Mutex::new(std::io::BufWriter::new(
+            std::fs::File::create(&p).with_context(|| format!("creating {}", p.display()))?,
+        )))),
+        None => None,
+    })
+}
+
+/// Writes one JSON line; flushed line by line when `flush`, so that a killed run keeps it.
+fn log_line(log: &Log, line: &impl serde::Serialize, flush: bool) {
+    if let Some(log) = log {
+        let mut out = log.lock().unwrap();
+        let _ = serde_json::to_writer(&mut *out, line);
+        let _ = out.write_all(b"\n");
+        if flush {
+            let _ = out.flush();
+        }
+    }
+}
+
+async fn bare(listen: SocketAddr, log: Option<PathBuf>) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
     eprintln!("bare server on {}", listener.local_addr()?);
+    let log = open_log(log)?;
     loop {
         let (stream, _) = listener.accept().await?;
         let _ = stream.set_nodelay(true);
+        let log = log.clone();
         tokio::spawn(async move {
-            let service = service_fn(|req: hyper::Request<hyper::body::Incoming>| async move {
-                let _ = req.into_body().collect().await;
-                Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
-                    Bytes::from_static(b"ok\n"),
-                )))
+            let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                let log = log.clone();
+                async move {
+                    let (parts, body) = req.into_parts();
+                    let body = body
+                        .collect()
+                        .await
+                        .map(|b| b.to_bytes())
+                        .unwrap_or_default();
+                    if log.is_some() {
+                        let header = |name| {
+                            parts
+                                .headers
+                                .get(name)
+                                .and_then(|v| v.to_str().ok())
+                                .unwrap_or("")
+                        };
+                        let receipt = hookinbox::oracle::Receipt::new(
+                            header("x-hookinbox-event-id"),
+                            header("idempotency-key"),
+                            &body,
+                        );
+                        log_line(&log, &receipt, true);
+                    }
+                    Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
+                        Bytes::from_static(b"ok\n"),
+                    )))
+                }
             });
             let _ = http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -155,12 +267,7 @@ async fn send(
 ) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let tally = Arc::new(Tally::default());
-    let log = match log {
-        Some(p) => Some(Arc::new(Mutex::new(std::io::BufWriter::new(
-            std::fs::File::create(p)?,
-        )))),
-        None => None,
-    };
+    let log = open_log(log)?;
     let plan = Arc::new(plan);
     let started = Instant::now();
     let deadline = started + plan.duration;
@@ -215,14 +322,18 @@ async fn send(
                         tally.errors.fetch_add(1, Ordering::Relaxed);
                     }
                 }
-                if let Some(log) = &log {
-                    let sha =
-                        hex::encode(ring::digest::digest(&ring::digest::SHA256, body.as_bytes()));
-                    let _ = writeln!(
-                        log.lock().unwrap(),
-                        r#"{{"id":"{id}","status":{},"sha256":"{sha}"}}"#,
-                        status.map_or(0, i64::from)
-                    );
+                if log.is_some() {
+                    let sent = hookinbox::oracle::Sent {
+                        sha256: hex::encode(ring::digest::digest(
+                            &ring::digest::SHA256,
+                            body.as_bytes(),
+                        )),
+                        id,
+                        status: status.unwrap_or(0),
+                    };
+                    // Flushed per line only when it matters: a crash test kills the server,
+                    // not the load generator.
+                    log_line(&log, &sent, false);
                 }
                 if let Some(p) = pause {
                     tokio::time::sleep(p.saturating_sub(sent.elapsed())).await;
