@@ -10,7 +10,9 @@
 #   unique     hookinbox, synchronous=full, every event new (commit + 2xx)
 #   duplicate  hookinbox, the same event over and over (verify + lookup + 2xx)
 #   forward    hookinbox forwarding stored events to a local HTTP sink
-#   peak RSS   of hookinbox across the runs
+#   peer       the Debian package `webhook` (adnanh/webhook) with an HMAC-SHA256 rule;
+#              installed with apt-get when missing and run as root, else skipped
+#   peak RSS   of hookinbox across the runs, and of the peer
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,13 +46,14 @@ $3
 TOML
 }
 
-wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
+wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.1; done; echo "port $1 never opened" >&2; return 1; }
 
-send() { # $1 = url, extra flags after
-    local url=$1; shift
-    "$bin/hookinbox-loadgen" send --config "$work/plain.toml" --source bench --url "$url" \
+send_as() { # $1 = config, $2 = source, $3 = url, extra flags after
+    local config=$1 source=$2 url=$3; shift 3
+    "$bin/hookinbox-loadgen" send --config "$config" --source "$source" --url "$url" \
         --connections "$conns" --duration "${seconds}s" --body-size 1500 "$@"
 }
+send() { send_as "$work/plain.toml" bench "$@"; }
 
 field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])" "$1" "$2"; }
 
@@ -62,7 +65,7 @@ wait_port "$bare"
 ceiling=$(send "http://127.0.0.1:$bare")
 
 # hookinbox receiving: unique events, then one duplicate over and over.
-"$bin/hookinbox" serve --config "$work/plain.toml" 2>"$work/serve.log" & serve=$!; pids+=($serve)
+"$bin/hookinbox" serve --config "$work/plain.toml" 2>"$work/serve.log" & serve=$!; pids+=("$serve")
 wait_port "$pub"
 unique=$(send "http://127.0.0.1:$pub")
 duplicate=$(send "http://127.0.0.1:$pub" --duplicates)
@@ -70,13 +73,87 @@ rss_recv=$(awk '/VmHWM/ {print $2}' "/proc/$serve/status")
 kill -TERM "$serve"; wait "$serve" || true
 batches=$(sqlite3 "$work/plain.db" "SELECT count(*) FROM events")
 
+# The peer: adnanh/webhook, one hook whose trigger rule is an HMAC-SHA256 of the raw body
+# in GitHub's header (`X-Hub-Signature-256: sha256=<hex>`), signed by the load generator
+# through a `scheme = "github"` source. Per request webhook reads the body, checks the rule,
+# answers 200 and only then starts /bin/true in the background; it stores nothing and keeps
+# no record of ids, so it has no durable commit and no dedup. A wrong signature gets 500
+# from webhook 2.8 and a missing one the mismatch code set below (its default is 200).
+peer_secret=bench-peer-6f1d0c2a9e
+peer_config() { # $1 = file, $2 = secret; only read by the load generator to sign
+    cat >"$1" <<TOML
+[server]
+listen = "127.0.0.1:$pub"
+[store]
+path = "$work/peer-unused.db"
+[[sources]]
+name = "peer"
+scheme = "github"
+secrets = ["$2"]
+TOML
+}
+if ! command -v webhook >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing the Debian package webhook for the peer run" >&2
+    { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq webhook \
+      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq webhook; }; } \
+      >/dev/null 2>&1 || true
+fi
+peer="" peer_note="" rss_peer=""
+run_peer() {
+    if ! command -v webhook >/dev/null; then
+        peer_note="peer skipped: no webhook binary (the Debian package webhook; installed only as root with apt-get)"
+        return
+    fi
+    local port wh wrong version
+    version=$(webhook -version | awk '{print $3}')
+    peer_label="peer: webhook (adnanh) ${version%.*}, HMAC rule"
+    port=$(free_port)
+    cat >"$work/hooks.json" <<JSON
+[
+  {
+    "id": "peer",
+    "execute-command": "/bin/true",
+    "response-message": "ok",
+    "trigger-rule-mismatch-http-response-code": 401,
+    "trigger-rule": {
+      "match": {
+        "type": "payload-hmac-sha256",
+        "secret": "$peer_secret",
+        "parameter": { "source": "header", "name": "X-Hub-Signature-256" }
+      }
+    }
+  }
+]
+JSON
+    peer_config "$work/peer.toml" "$peer_secret"
+    peer_config "$work/peer-wrong.toml" "not-$peer_secret"
+    webhook -hooks "$work/hooks.json" -ip 127.0.0.1 -port "$port" 2>"$work/peer.log" & wh=$!; pids+=("$wh")
+    if ! wait_port "$port"; then
+        peer_note="peer skipped: webhook did not start ($(head -c 300 "$work/peer.log"))"
+        return
+    fi
+    # Not a no-op peer: events signed with another secret must all be refused.
+    wrong=$("$bin/hookinbox-loadgen" send --config "$work/peer-wrong.toml" --source peer \
+        --url "http://127.0.0.1:$port" --connections 2 --duration 1s --body-size 1500)
+    if [ "$(field "$wrong" acked)" != 0 ] || [ "$(field "$wrong" non_2xx)" = 0 ]; then
+        peer_note="peer skipped: webhook did not refuse wrongly signed events: $wrong"
+    else
+        peer=$(send_as "$work/peer.toml" peer "http://127.0.0.1:$port")
+        peer_note="peer refused all $(field "$wrong" non_2xx) wrongly signed events of a 1 s check"
+        rss_peer=$(awk '/VmHWM/ {print $2}' "/proc/$wh/status")
+    fi
+    kill -TERM "$wh"; wait "$wh" || true
+}
+run_peer
+echo "$peer_note" >&2
+
 # hookinbox forwarding: events stored while the target is down, then the target comes up.
 config "$work/fwd.toml" "$work/fwd.db" "[[sources.targets]]
 name = \"sink\"
 url = \"http://127.0.0.1:$bare/sink\"
 concurrency = 32"
 kill "${pids[0]}"; wait "${pids[0]}" 2>/dev/null || true
-"$bin/hookinbox" serve --config "$work/fwd.toml" 2>"$work/fwd.log" & fwd=$!; pids+=($fwd)
+"$bin/hookinbox" serve --config "$work/fwd.toml" 2>"$work/fwd.log" & fwd=$!; pids+=("$fwd")
 wait_port "$pub"
 "$bin/hookinbox-loadgen" send --config "$work/plain.toml" --source bench --url "http://127.0.0.1:$pub" \
     --connections "$conns" --duration "${seconds}s" --body-size 1500 >/dev/null
@@ -101,7 +178,17 @@ for name in ceiling unique duplicate; do
     printf '| %s | %s | %.2f | %s | %s |\n' "$name" "$r" "$(echo "$r / $c" | bc -l)" "$(field "$row" p50_ms)" "$(field "$row" p99_ms)"
 done
 printf '| forward (to a local sink) | %.0f | %.2f | | |\n' "$forward" "$(echo "$forward / $c" | bc -l)"
+if [ -n "$peer" ]; then
+    r=$(field "$peer" per_second)
+    printf '| %s | %s | %.2f | %s | %s |\n' "$peer_label" "$r" "$(echo "$r / $c" | bc -l)" "$(field "$peer" p50_ms)" "$(field "$peer" p99_ms)"
+fi
 printf '\npeak RSS: %s KiB receiving, %s KiB forwarding; %s events stored in the unique run; %s forwarded\n' \
     "$rss_recv" "$rss_fwd" "$batches" "$stored"
 printf 'non-2xx / errors: unique %s/%s, duplicate %s/%s\n' \
     "$(field "$unique" non_2xx)" "$(field "$unique" errors)" "$(field "$duplicate" non_2xx)" "$(field "$duplicate" errors)"
+if [ -n "$peer" ]; then
+    printf 'peer: non-2xx / errors %s/%s, peak RSS %s KiB (webhook alone, not its /bin/true children); %s\n' \
+        "$(field "$peer" non_2xx)" "$(field "$peer" errors)" "$rss_peer" "$peer_note"
+else
+    printf '%s\n' "$peer_note"
+fi
