@@ -242,7 +242,10 @@ impl listener::Handler for Receiver {
             Outcome::Unavailable(e) => tracing::warn!(
                 source = %source.name, event_id, %client, outcome = "unavailable", status = status.as_u16(),
                 error = %e, duration_ms, "not stored; answered 503 so the provider retries"),
-            _ => tracing::info!(
+            // Stored and duplicate events are in the inbox already; at info they would cost
+            // a syscall per request and, past journald's default rate limit (10,000 lines
+            // per 30 s), push the lines that matter out of the journal.
+            _ => tracing::debug!(
                 source = %source.name, event_id, %client, outcome = outcome.label(), status = status.as_u16(),
                 duration_ms, "request"),
         }
