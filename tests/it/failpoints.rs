@@ -6,7 +6,8 @@
 //! altered, nothing unexpected, every delivered event received under its one key and
 //! bytes, no delivery left unfinished.
 //!
-//! `HOOKINBOX_FAILPOINT_SEED` replays the printed choice of k.
+//! `HOOKINBOX_FAILPOINT_SEED` replays the printed choice of k; `HOOKINBOX_FAILPOINT_ROUNDS`
+//! (or `scripts/failpoint-sweep.sh N`) runs N rounds of fresh k's.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -81,7 +82,13 @@ async fn send_until_acked(sup: &Supervisor, ledger: &Mutex<Ledger>, id: &str) {
 async fn sweep_point(point: &str) {
     let seed = Rng::seed_from_env("HOOKINBOX_FAILPOINT_SEED");
     let mut rng = Rng(seed);
-    for action in ACTIONS {
+    // Each round arms every action at a fresh k; the suite runs one round,
+    // scripts/failpoint-sweep.sh as many as it is told.
+    let rounds: usize = std::env::var("HOOKINBOX_FAILPOINT_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    for action in (0..rounds).flat_map(|_| ACTIONS) {
         // Fail at the k-th pass: a few passes in, so that the fault lands among work.
         let skip = if point.starts_with("deliver.after_claim") {
             rng.below(2)
