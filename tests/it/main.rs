@@ -23,11 +23,14 @@
 //! - `inspect`: `events`, `show`, `conflicts` and `dead` on a real inbox: filters, pages,
 //!   exact bodies, exit codes, and provider strings escaped before a terminal.
 //! - `scheme_props`: property tests: no header value makes a scheme panic or accept.
+//! - `fuzz_corpora`: every committed fuzz corpus file replayed through the fuzz harness
+//!   (signature parsers in process, raw HTTP bytes through the real service).
 
 mod cli;
 mod crash;
 mod dedup;
 mod deliver;
+mod fuzz_corpora;
 mod group_commit;
 mod inbox_sqlite;
 mod inspect;
