@@ -1,8 +1,8 @@
 //! The `raw_http` target: bytes written to the real service over loopback, one new TCP
 //! connection per input, the way a hostile or broken sender would write them.
 //!
-//! One server runs for the whole process, started on first use with every scheme, a
-//! temporary inbox and short timeouts. The first input byte picks what is sent:
+//! One server serves every input, started by the first with every scheme, a temporary inbox
+//! and short timeouts. The first input byte picks what is sent:
 //!
 //! - even: the rest of the input, as it is;
 //! - odd: a request that the harness signs itself for one of the sources, framed as the
@@ -11,8 +11,8 @@
 //!   perhaps more raw bytes pipelined after it.
 //!
 //! What must hold for every input:
-//! - every answer is a complete, well-formed HTTP/1.1 response, and one comes within
-//!   [`ANSWER_TIMEOUT`] of the client closing its side;
+//! - every answer is a complete, well-formed HTTP/1.1 response (HTTP/1.0 to an HTTP/1.0
+//!   request), and the server closes the connection within [`ANSWER_TIMEOUT`];
 //! - nothing is stored and nothing is answered 2xx unless the harness signed it: raw input
 //!   never adds a row to `events` (unless it carries the GitLab token, which is the whole
 //!   credential);
@@ -26,7 +26,7 @@
 
 use std::io::{ErrorKind, Read as _, Write as _};
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::sync::{LazyLock, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use hookinbox::commands::serve::{self, Running};
@@ -121,24 +121,21 @@ const EXTRA_HEADERS: [&str; 5] = [
     "X-Unrelated",
 ];
 
+/// The running server and what the harness tracks about it.
 struct Server {
     addr: SocketAddr,
     admin: SocketAddr,
+    /// The configuration as the server loaded it, for signing as the providers would.
     config: Config,
-    state: Mutex<State>,
-    /// Kept so that the server, its runtime and its inbox live as long as the process.
-    _running: Running,
-    _runtime: tokio::runtime::Runtime,
-    _dir: tempfile::TempDir,
-}
-
-struct State {
     inbox: rusqlite::Connection,
     /// The highest `events.id` already checked.
     seen: i64,
     runs: u64,
     /// Makes every signed request's id new, so that each is stored rather than a duplicate.
     next_id: u64,
+    running: Running,
+    runtime: tokio::runtime::Runtime,
+    dir: tempfile::TempDir,
 }
 
 /// A row of `events`.
@@ -158,7 +155,15 @@ struct Signed {
     body: Vec<u8>,
 }
 
-static SERVER: LazyLock<Server> = LazyLock::new(start);
+/// Started by the first input, stopped by [`finish`]. A mutex rather than a `LazyLock`, so
+/// that it can be taken out and shut down.
+static SERVER: Mutex<Option<Server>> = Mutex::new(None);
+
+fn with_server<R>(f: impl FnOnce(&mut Server) -> R) -> R {
+    // A failed assertion poisons the lock; the server itself is still fine.
+    let mut server = SERVER.lock().unwrap_or_else(|e| e.into_inner());
+    f(server.get_or_insert_with(start))
+}
 
 fn start() -> Server {
     let previous = std::panic::take_hook();
@@ -169,7 +174,11 @@ fn start() -> Server {
             std::process::abort();
         }
     }));
-    let dir = tempfile::tempdir().expect("a temporary directory");
+    // Named, since a fuzz run ends without removing it (libFuzzer exits the process).
+    let dir = tempfile::Builder::new()
+        .prefix("hookinbox-fuzz-raw-http-")
+        .tempdir()
+        .expect("a temporary directory");
     let path = dir.path().join("hookinbox.toml");
     let load = || config::from_str(CONFIG, &path, None).expect("a valid fuzz config");
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -193,87 +202,105 @@ fn start() -> Server {
         addr: running.public_addr,
         admin: running.admin_addr,
         config: load(),
-        state: Mutex::new(State {
-            inbox,
-            seen: 0,
-            runs: 0,
-            next_id: 0,
-        }),
-        _running: running,
-        _runtime: runtime,
-        _dir: dir,
+        inbox,
+        seen: 0,
+        runs: 0,
+        next_id: 0,
+        running,
+        runtime,
+        dir,
+    }
+}
+
+/// Stops the server and removes its inbox; the next input would start a new one. The
+/// regression test calls it, so that `cargo test` leaves nothing behind.
+pub fn finish() {
+    let server = SERVER.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(Server {
+        running,
+        runtime,
+        dir,
+        inbox,
+        ..
+    }) = server
+    {
+        drop(inbox);
+        runtime.block_on(running.shutdown());
+        drop(runtime);
+        drop(dir);
     }
 }
 
 /// Sends one input and checks the answers and the inbox.
 pub fn run(data: &[u8]) {
-    let server = &*SERVER;
-    let mut state = server.state.lock().unwrap_or_else(|e| e.into_inner());
-    state.runs += 1;
-    let mut c = Choices::new(data);
-    if c.flag() {
-        let (request, signed, intact) = signed_request(&mut c, &mut state);
-        let answers = exchange(server.addr, &request, intact);
-        let rows = new_rows(server, &mut state);
-        check_signed(&request, &answers, &rows, &signed, intact);
-    } else {
-        let request = c.rest();
-        let answers = exchange(server.addr, request, false);
-        let rows = new_rows(server, &mut state);
-        let carries_token = request
-            .windows(GITLAB_TOKEN.len())
-            .any(|w| w == GITLAB_TOKEN);
-        if carries_token {
-            assert!(
-                rows.iter().all(|r| r.source == "gitlab"),
-                "raw bytes with the GitLab token stored {rows:?}: {:?}",
-                String::from_utf8_lossy(request)
-            );
+    with_server(|server| {
+        server.runs += 1;
+        let mut c = Choices::new(data);
+        if c.flag() {
+            let (request, signed, intact) = signed_request(&mut c, server);
+            let answers = exchange(server.addr, &request, intact);
+            let rows = new_rows(server);
+            check_signed(&request, &answers, &rows, &signed, intact);
         } else {
-            assert!(
-                rows.is_empty(),
-                "raw bytes stored {rows:?}: {:?}",
-                String::from_utf8_lossy(request)
-            );
-            assert!(
-                answers.iter().all(|&s| !(200..300).contains(&s)),
-                "raw bytes answered {answers:?}: {:?}",
-                String::from_utf8_lossy(request)
-            );
+            let request = c.rest();
+            let answers = exchange(server.addr, request, false);
+            let rows = new_rows(server);
+            check_raw(request, &answers, &rows);
         }
-    }
-    if state.runs % ALIVE_EVERY == 1 {
-        check_alive_locked(&mut state);
-    }
+        if server.runs % ALIVE_EVERY == 1 {
+            check_alive_with(server);
+        }
+    });
 }
 
 /// Checks that the server still stores a correctly signed request.
 pub fn check_alive() {
-    let mut state = SERVER.state.lock().unwrap_or_else(|e| e.into_inner());
-    check_alive_locked(&mut state);
+    with_server(check_alive_with);
 }
 
-fn check_alive_locked(state: &mut State) {
+fn check_alive_with(server: &mut Server) {
     // No choices at all: sw, a short body, Content-Length, nothing changed.
-    let (request, signed, intact) = signed_request(&mut Choices::new(&[]), state);
+    let (request, signed, intact) = signed_request(&mut Choices::new(&[]), server);
     assert!(intact);
-    let answers = exchange(SERVER.addr, &request, true);
-    let rows = new_rows(&SERVER, state);
+    let answers = exchange(server.addr, &request, true);
+    let rows = new_rows(server);
     check_signed(&request, &answers, &rows, &signed, intact);
+}
+
+/// What the server answered to raw bytes, and what it stored.
+fn check_raw(request: &[u8], answers: &[u16], rows: &[Row]) {
+    let shown = || String::from_utf8_lossy(request).into_owned();
+    let carries_token = request
+        .windows(GITLAB_TOKEN.len())
+        .any(|w| w == GITLAB_TOKEN);
+    if carries_token {
+        assert!(
+            rows.iter().all(|r| r.source == "gitlab"),
+            "raw bytes with the GitLab token stored {rows:?}: {:?}",
+            shown()
+        );
+    } else {
+        assert!(rows.is_empty(), "raw bytes stored {rows:?}: {:?}", shown());
+        assert!(
+            answers.iter().all(|&s| !(200..300).contains(&s)),
+            "raw bytes answered {answers:?}: {:?}",
+            shown()
+        );
+    }
 }
 
 /// A request signed for one of the sources, framed as the input chooses, and whether it is
 /// still intact (nothing changed after signing).
-fn signed_request(c: &mut Choices, state: &mut State) -> (Vec<u8>, Signed, bool) {
+fn signed_request(c: &mut Choices, server: &mut Server) -> (Vec<u8>, Signed, bool) {
     let (source, id_is_signed) = c.pick(&SOURCES);
-    state.next_id += 1;
-    let id = format!("fuzz-{}", state.next_id);
+    server.next_id += 1;
+    let id = format!("fuzz-{}", server.next_id);
     let text = String::from_utf8_lossy(c.short());
     // Stripe reads the id at /id and Slack at /event_id; the other schemes ignore both.
     let body = serde_json::json!({ "id": id, "event_id": id, "type": "fuzz", "data": text })
         .to_string()
         .into_bytes();
-    let scheme = &SERVER
+    let scheme = &server
         .config
         .source(source)
         .expect("every source is configured")
@@ -539,19 +566,19 @@ fn status(line: &str) -> Result<u16, String> {
 /// drops the answer but the event may already be queued for the writer. So first the
 /// admin's `/readyz`, which answers only after the writer has drained its queue; the
 /// connection is closed by then, so nothing more of it can be queued.
-fn new_rows(server: &Server, state: &mut State) -> Vec<Row> {
+fn new_rows(server: &mut Server) -> Vec<Row> {
     let ready = b"GET /readyz HTTP/1.1\r\nHost: fuzz\r\nConnection: close\r\n\r\n";
     assert_eq!(
         exchange(server.admin, ready, true),
         [200],
         "the writer drains"
     );
-    let mut query = state
+    let mut query = server
         .inbox
         .prepare_cached("SELECT id, source, event_id, body FROM events WHERE id > ?1 ORDER BY id")
         .expect("the events table");
     let rows: Vec<(i64, Row)> = query
-        .query_map([state.seen], |r| {
+        .query_map([server.seen], |r| {
             Ok((
                 r.get(0)?,
                 Row {
@@ -571,7 +598,7 @@ fn new_rows(server: &Server, state: &mut State) -> Vec<Row> {
         .expect("rows");
     drop(query);
     if let Some((id, _)) = rows.last() {
-        state.seen = *id;
+        server.seen = *id;
     }
     rows.into_iter().map(|(_, row)| row).collect()
 }

@@ -40,6 +40,9 @@ const SKEW_STEP: i64 = 3;
 const MAX_EDITS: usize = 16;
 /// Bodies up to this size: past a few KiB a body only makes each MAC slower.
 const MAX_BODY: usize = 4096;
+/// What an edit may grow a value or a body to. Repeating a value is one edit, so without a
+/// cap a few of them in a row would grow it exponentially, past any memory limit.
+const MAX_GROWN: usize = 4 * MAX_BODY;
 /// Bytes worth inserting into a header value: the separators and markers the parsers split
 /// on, and characters of each encoding.
 const INTERESTING: &[u8] = b" ,=.:;\tvt01fFaAzZ+/-_";
@@ -495,6 +498,9 @@ fn mutate(c: &mut Choices, bytes: &mut Vec<u8>) {
             let separator = c.pick::<&[u8]>(&[b" ", b",", b", "]);
             let copy = bytes.clone();
             for _ in 0..=c.below(12) {
+                if bytes.len() + separator.len() + copy.len() > MAX_GROWN {
+                    break;
+                }
                 bytes.extend_from_slice(separator);
                 bytes.extend_from_slice(&copy);
             }

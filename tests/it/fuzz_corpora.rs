@@ -71,6 +71,7 @@ fn raw_http() {
     replay("raw_http");
     // And the service still stores a valid request after all of them.
     harness::raw_http::check_alive();
+    harness::raw_http::finish();
 }
 
 /// Every fuzz target has a harness entry and a test above; a new one needs all three.
