@@ -459,8 +459,10 @@ fn exchange(addr: SocketAddr, request: &[u8], await_answer: bool) -> Vec<u16> {
     let mut buf = [0u8; 4096];
     let reset = loop {
         match stream.read(&mut buf) {
-            Ok(0) => break false,
+            Ok(0) => break None,
             Ok(n) => answer.extend_from_slice(&buf[..n]),
+            // libFuzzer's timer signal interrupts a read that is waiting.
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
                 panic!(
                     "no answer within {ANSWER_TIMEOUT:?} (so far {:?}) to {:?}",
@@ -468,8 +470,9 @@ fn exchange(addr: SocketAddr, request: &[u8], await_answer: bool) -> Vec<u16> {
                     String::from_utf8_lossy(request)
                 )
             }
-            // A reset can cut the last answer short; those before it must still be whole.
-            Err(_) => break true,
+            // A reset (the server closing with input unread) can cut the last answer
+            // short; those before it must still be whole.
+            Err(e) => break Some(e),
         }
         let answered = parse_answers(&answer, false).is_ok_and(|s| s.iter().any(|&s| s >= 200));
         if !closed && answered {
@@ -477,10 +480,10 @@ fn exchange(addr: SocketAddr, request: &[u8], await_answer: bool) -> Vec<u16> {
             closed = true;
         }
     };
-    match parse_answers(&answer, reset) {
+    match parse_answers(&answer, reset.is_some()) {
         Ok(statuses) => statuses,
         Err(e) => panic!(
-            "malformed answer ({e}): {:?} to {:?}",
+            "malformed answer ({e}, connection ended by {reset:?}): {:?} to {:?}",
             String::from_utf8_lossy(&answer),
             String::from_utf8_lossy(request)
         ),
