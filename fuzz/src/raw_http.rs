@@ -294,7 +294,10 @@ fn check_raw(request: &[u8], answers: &[u16], rows: &[Row]) {
 fn signed_request(c: &mut Choices, server: &mut Server) -> (Vec<u8>, Signed, bool) {
     let (source, id_is_signed) = c.pick(&SOURCES);
     server.next_id += 1;
-    let id = format!("fuzz-{}", server.next_id);
+    // The number twice: GitHub, Shopify, GitLab and the generic HMAC source store an id
+    // header that the signature does not cover, so a changed byte in it is stored as a new
+    // event; one changed byte can never turn one of these ids into a later one.
+    let id = format!("fuzz-{0}-{0}", server.next_id);
     let text = String::from_utf8_lossy(c.short());
     // Stripe reads the id at /id and Slack at /event_id; the other schemes ignore both.
     let body = serde_json::json!({ "id": id, "event_id": id, "type": "fuzz", "data": text })

@@ -46,15 +46,25 @@ const MAX_GROWN: usize = 4 * MAX_BODY;
 /// Bytes worth inserting into a header value: the separators and markers the parsers split
 /// on, and characters of each encoding.
 const INTERESTING: &[u8] = b" ,=.:;\tvt01fFaAzZ+/-_";
-/// The header names whose GitLab token or signature check is run against no header at all.
+/// A header no scheme reads: editing it must change no verdict.
 const UNRELATED: &str = "content-type";
 
 /// A request as the scheme sees it.
-#[derive(Debug)]
 struct Request {
     headers: HeaderMap,
     body: Vec<u8>,
     now: i64,
+}
+
+/// The body as text, so that a failure shows what was sent.
+impl std::fmt::Debug for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Request")
+            .field("headers", &self.headers)
+            .field("body", &String::from_utf8_lossy(&self.body))
+            .field("now", &self.now)
+            .finish()
+    }
 }
 
 /// One configured scheme and what the harness needs to drive and to judge it.
