@@ -13,7 +13,14 @@
 //! - `install`: systemd readiness (READY=1 only once the listener answers), HTTPS with a
 //!   self-signed certificate, and X-Forwarded-For from trusted proxies only.
 //! - `limits`: body size (declared and chunked), stalled bodies, silent clients.
-//! - `store_failure`: a full disk and a locked database answer 503, never 2xx, and recover.
+//! - `store_failure`: a full disk and a locked database answer 503, never 2xx, and recover;
+//!   under load too, with a write lock and a long read held in the `sqlite3` shell.
+//! - `failpoints` (with `--features failpoints`): an error, a SIGKILL or a panic at every
+//!   durability boundary, with a supervisor restarting the binary; then the oracle.
+//! - `fault_sink`: a target failing in every way (5xx, 429/503 + Retry-After, 302, resets,
+//!   slow 2xx, 410); every event ends delivered or dead under its one key.
+//! - `load`, `proc`: the load generator and the real binary as a child process, for the
+//!   scenarios above; `hookinbox::oracle` checks them.
 //! - `group_commit`: concurrent requests share commits, and each answer waits for its own.
 //! - `crash`: the real binary: SIGKILL at random moments loses no acknowledged event, nor a
 //!   delivery in flight; SIGTERM under load; SIGHUP reloads secrets.
@@ -23,6 +30,8 @@
 //! - `inspect`: `events`, `show`, `conflicts` and `dead` on a real inbox: filters, pages,
 //!   exact bodies, exit codes, and provider strings escaped before a terminal.
 //! - `scheme_props`: property tests: no header value makes a scheme panic or accept.
+//! - `fuzz_corpora`: every committed fuzz corpus file replayed through the fuzz harness
+//!   (signature parsers in process, raw HTTP bytes through the real service).
 
 mod cli;
 mod crash;
@@ -31,6 +40,7 @@ mod deliver;
 #[cfg(feature = "failpoints")]
 mod failpoints;
 mod fault_sink;
+mod fuzz_corpora;
 mod group_commit;
 mod inbox_sqlite;
 mod inspect;

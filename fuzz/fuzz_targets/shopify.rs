@@ -1,0 +1,4 @@
+//! `cargo fuzz run shopify`: see `hookinbox_fuzz::schemes` for what is built and checked.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| hookinbox_fuzz::schemes::shopify(data));
