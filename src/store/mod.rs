@@ -33,7 +33,6 @@ pub const MMAP_SIZE: i64 = 256 * 1024 * 1024;
 /// leave a large file behind.
 pub const JOURNAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
 
-
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("{0}")]
