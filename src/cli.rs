@@ -194,6 +194,7 @@ fn with_config(config: config::Config, command: Command) -> anyhow::Result<()> {
             format,
         } => commands::sign::run(&config, &source, body.as_deref(), id, format, out),
         Command::Serve => {
+            commands::serve::abort_on_panic();
             let mut builder = tokio::runtime::Builder::new_multi_thread();
             // The writer has a thread of its own: leave it a core. On a 2-core VM one async
             // worker and the writer measured 11% less CPU per stored event than two workers

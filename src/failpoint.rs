@@ -3,7 +3,8 @@
 //! in every other build [`error`] is a constant `false` and the compiler removes the call.
 //!
 //! A build with the feature reads `FAILPOINTS` at start-up (tikv's `fail` crate), e.g.
-//! `FAILPOINTS='writer.before_commit=3*off->1*return(error)'`: the fourth commit fails.
+//! `FAILPOINTS='writer.before_commit=3*off->1*return(error)'`: the fourth commit of a
+//! batch holding events fails.
 //! The actions hookinbox understands at every point:
 //!
 //! - `return(error)`: the operation fails as a real fault would there (the caller's error
@@ -20,7 +21,7 @@
 //! | `deliver.after_claim` | deliveries are claimed (leased), no attempt started |
 //! | `deliver.after_send` | the target answered, the result is not recorded |
 
-/// Every failpoint, for the sweep and for `--help`-style listings.
+/// Every failpoint, for the sweep.
 pub const POINTS: [&str; 4] = [
     "writer.before_commit",
     "writer.after_commit",
@@ -49,8 +50,12 @@ pub fn error(_point: &'static str) -> bool {
     false
 }
 
-/// Reads `FAILPOINTS` (a failpoints build only). The scenario lives as long as the process.
+/// Reads `FAILPOINTS` (a failpoints build only, which then says so in the log: such a
+/// build must never be deployed). The scenario lives as long as the process.
 pub fn setup() {
     #[cfg(feature = "failpoints")]
-    std::mem::forget(fail::FailScenario::setup());
+    if std::env::var_os("FAILPOINTS").is_some() {
+        tracing::warn!("built with failpoints, for tests only: FAILPOINTS injects faults");
+        std::mem::forget(fail::FailScenario::setup());
+    }
 }

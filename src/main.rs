@@ -10,7 +10,6 @@ use tracing_subscriber::EnvFilter;
 fn main() -> ExitCode {
     let cli = hookinbox::cli::Cli::parse();
     init_logging(cli.log_format);
-    abort_on_panic();
     hookinbox::failpoint::setup();
     hookinbox::cli::run(cli).into()
 }
@@ -29,17 +28,4 @@ fn init_logging(format: LogFormat) {
         (LogFormat::Text, true) => builder.without_time().init(),
         (LogFormat::Text, false) => builder.init(),
     }
-}
-
-/// Crash-only: a panic anywhere (a connection task, a delivery loop, the writer thread)
-/// ends the process instead of leaving it half alive with a loop or the writer gone.
-/// Everything acknowledged is already committed, leases bring claimed deliveries back, and
-/// systemd's `Restart=on-failure` starts a whole process again.
-fn abort_on_panic() {
-    let default = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        default(info);
-        tracing::error!(%info, "panic; hookinbox stops (systemd restarts it)");
-        std::process::abort();
-    }));
 }

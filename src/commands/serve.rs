@@ -364,3 +364,16 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     running.shutdown().await;
     Ok(())
 }
+
+/// Crash-only: a panic anywhere in `serve` (a connection task, a delivery loop, the writer
+/// thread) ends the process instead of leaving it half alive with a loop or the writer
+/// gone. Everything acknowledged is already committed, leases bring claimed deliveries
+/// back, and systemd's `Restart=on-failure` starts a whole process again.
+pub fn abort_on_panic() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default(info);
+        tracing::error!(%info, "panic; hookinbox serve stops (systemd restarts it)");
+        std::process::abort();
+    }));
+}

@@ -245,7 +245,10 @@ impl listener::Handler for Receiver {
             // Stored and duplicate events are in the inbox already; at info they would cost
             // a syscall per request and, past journald's default rate limit (10,000 lines
             // per 30 s), push the lines that matter out of the journal.
-            _ => tracing::debug!(
+            Outcome::Accepted | Outcome::Duplicate => tracing::debug!(
+                source = %source.name, event_id, %client, outcome = outcome.label(), status = status.as_u16(),
+                duration_ms, "request"),
+            _ => tracing::info!(
                 source = %source.name, event_id, %client, outcome = outcome.label(), status = status.as_u16(),
                 duration_ms, "request"),
         }

@@ -449,7 +449,10 @@ fn run_batch(conn: &mut Connection, jobs: &mut [Box<dyn Job>]) -> Result<(), sup
             }
         }
     }
-    if jobs.iter().any(|j| j.is_event()) && crate::failpoint::error("writer.before_commit") {
+    if cfg!(feature = "failpoints")
+        && jobs.iter().any(|j| j.is_event())
+        && crate::failpoint::error("writer.before_commit")
+    {
         // What a failing fsync looks like to SQLite's caller.
         return Err(rusqlite::Error::SqliteFailure(
             rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR),

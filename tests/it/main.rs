@@ -19,6 +19,7 @@
 //!   durability boundary, with a supervisor restarting the binary; then the oracle.
 //! - `fault_sink`: a target failing in every way (5xx, 429/503 + Retry-After, 302, resets,
 //!   slow 2xx, 410); every event ends delivered or dead under its one key.
+//! - `oracle`: the oracle reports each kind of broken promise, and passes a clean run.
 //! - `load`, `proc`: the load generator and the real binary as a child process, for the
 //!   scenarios above; `hookinbox::oracle` checks them.
 //! - `group_commit`: concurrent requests share commits, and each answer waits for its own.
@@ -48,6 +49,7 @@ mod install;
 mod limits;
 mod load;
 mod operate;
+mod oracle;
 mod proc;
 mod scheme_props;
 mod schemes;

@@ -15,6 +15,7 @@ pub struct Proc {
     pub public: SocketAddr,
     /// Everything it wrote to stderr so far.
     pub logs: Arc<Mutex<Vec<String>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Proc {
@@ -63,7 +64,7 @@ impl Proc {
             }
         };
         let sink = logs.clone();
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for line in lines.map_while(Result::ok) {
                 sink.lock().unwrap().push(line);
             }
@@ -72,6 +73,7 @@ impl Proc {
             child,
             public,
             logs,
+            reader: Some(reader),
         }
     }
 
@@ -88,6 +90,16 @@ impl Proc {
     #[cfg_attr(not(feature = "failpoints"), allow(dead_code))]
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
         self.child.try_wait().unwrap()
+    }
+
+    /// Every line it wrote, once it has ended (its last words included).
+    #[cfg_attr(not(feature = "failpoints"), allow(dead_code))]
+    pub fn last_logs(mut self) -> Vec<String> {
+        self.child.wait().unwrap();
+        if let Some(reader) = self.reader.take() {
+            reader.join().unwrap();
+        }
+        std::mem::take(&mut self.logs.lock().unwrap())
     }
 
     pub fn sigkill(mut self) {

@@ -313,6 +313,13 @@ async fn under_load_a_long_read_in_sqlite3_never_fails_ingest_and_the_wal_shrink
     shell.quit();
     let answers = load.stop().await;
 
+    let counted: usize = counted
+        .parse()
+        .unwrap_or_else(|_| panic!("the reader's count: {counted:?}"));
+    assert!(
+        wal_at_end > wal_at_start,
+        "the open snapshot kept the WAL from being reused: {wal_at_start} -> {wal_at_end}"
+    );
     let (ok, refused) = answered(&answers, answers[0].0, Instant::now());
     eprintln!(
         "long read under load: {ok} stored, {refused} refused; {counted} events in the reader's \
