@@ -45,7 +45,12 @@ impl Load {
             );
             let (url, tag) = (format!("{base}/hooks/sw"), tag.to_owned());
             senders.spawn(async move {
-                let client = client();
+                // Never wait forever: once the server is gone, its port may be taken by
+                // another test's listener that does not answer this request.
+                let client = client_builder()
+                    .timeout(std::time::Duration::from_secs(30))
+                    .build()
+                    .unwrap();
                 let mut rng = Rng(seed ^ ((c as u64 + 1) << 32));
                 for n in 0.. {
                     if *stopped.borrow() {

@@ -274,8 +274,12 @@ impl TestServer {
 /// without a default crypto provider (only ring is in the tree), so install ring first, as
 /// `serve` does.
 pub fn client() -> reqwest::Client {
+    client_builder().build().unwrap()
+}
+
+pub fn client_builder() -> reqwest::ClientBuilder {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder().no_proxy().build().unwrap()
+    reqwest::Client::builder().no_proxy()
 }
 
 /// POSTs a signed request to `{base}/hooks/{source}` on `client`'s connections.
