@@ -49,6 +49,16 @@ pub struct Sent {
     pub sha256: String,
 }
 
+impl Sent {
+    pub fn new(id: String, body: &[u8], status: Option<u16>) -> Sent {
+        Sent {
+            id,
+            status: status.unwrap_or(0),
+            sha256: sha256_hex(body),
+        }
+    }
+}
+
 impl Ledger {
     /// Records a request and its outcome. The same id may be sent many times (a retry, a
     /// duplicate), always with the same bytes; it counts as acknowledged once any answer

@@ -323,14 +323,7 @@ async fn send(
                     }
                 }
                 if log.is_some() {
-                    let sent = hookinbox::oracle::Sent {
-                        sha256: hex::encode(ring::digest::digest(
-                            &ring::digest::SHA256,
-                            body.as_bytes(),
-                        )),
-                        id,
-                        status: status.unwrap_or(0),
-                    };
+                    let sent = hookinbox::oracle::Sent::new(id, body.as_bytes(), status);
                     // Flushed per line only when it matters: a crash test kills the server,
                     // not the load generator.
                     log_line(&log, &sent, false);

@@ -6,32 +6,17 @@
 //! A few iterations run in the suite; `scripts/crash-loop.sh N` runs N of them.
 //! `HOOKINBOX_CRASH_SEED` replays a printed seed.
 
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hookinbox::oracle::{self, Ledger, Rng};
+use hookinbox::oracle::{Ledger, Rng};
 
-use crate::load::Load;
+use crate::load::{Load, check_inbox};
 use crate::proc::{Proc, deploy, forwarding_to};
 use crate::sink::{Reply, Sink};
 use crate::support::*;
 
 const CONNECTIONS: usize = 8;
-
-/// Checks the inbox against the ledger (the oracle), and that each event has its one
-/// delivery row.
-fn check(db: &Path, ledger: &Ledger) {
-    let report = oracle::check(db, "sw", ledger, None).unwrap();
-    report.assert_ok();
-    let deliveries: i64 = open_read(db)
-        .query_row("SELECT count(*) FROM deliveries", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(
-        deliveries as usize, report.stored,
-        "each event has its delivery row"
-    );
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_at_random_moments_loses_no_acknowledged_event() {
@@ -71,7 +56,7 @@ async fn sigkill_at_random_moments_loses_no_acknowledged_event() {
                 ledger.acked(),
                 ledger.sent()
             );
-            check(&db, &ledger);
+            check_inbox(&db, &ledger);
         }
         let status = proc.sigterm();
         assert!(
@@ -84,7 +69,7 @@ async fn sigkill_at_random_moments_loses_no_acknowledged_event() {
         ledger.acked() > 0,
         "the load generator got some events acknowledged"
     );
-    check(&db, &ledger);
+    check_inbox(&db, &ledger);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -216,7 +201,7 @@ async fn sigterm_under_load_exits_0_in_time_and_loses_nothing() {
     assert!(took < Duration::from_secs(25), "shutdown took {took:?}");
     let ledger = ledger.lock().unwrap();
     assert!(ledger.acked() > 0);
-    check(&db, &ledger);
+    check_inbox(&db, &ledger);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -155,11 +155,7 @@ async fn run_one(point: &str, action: &str, armed: &str) {
     assert!(last.sigterm().success(), "{armed}: clean exit at the end");
     let restarts = sup.restarts.into_inner().unwrap();
 
-    let receipts: Vec<oracle::Receipt> = sink
-        .received()
-        .iter()
-        .map(|r| oracle::Receipt::new(r.header("x-hookinbox-event-id"), r.key(), &r.body))
-        .collect();
+    let receipts = sink.receipts();
     let ledger = Arc::into_inner(ledger).unwrap().into_inner().unwrap();
     let report = oracle::check(&deployed.db, "sw", &ledger, Some(&receipts)).unwrap();
     let delivery = report.delivery.as_ref().unwrap();

@@ -116,10 +116,7 @@ async fn every_fault_of_the_target_ends_delivered_or_dead_under_one_key() {
     assert_eq!(finished as usize, EVENTS, "every delivery finished");
 
     let received = sink.received();
-    let receipts: Vec<oracle::Receipt> = received
-        .iter()
-        .map(|r| oracle::Receipt::new(r.header("x-hookinbox-event-id"), r.key(), &r.body))
-        .collect();
+    let receipts = sink.receipts();
     let report = {
         let ledger = ledger.lock().unwrap();
         oracle::check(&server.db, "sw", &ledger, Some(&receipts)).unwrap()

@@ -2,10 +2,11 @@
 //! connections until told to stop, each outcome recorded in the oracle's ledger and in a
 //! timed list of answers.
 
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use hookinbox::oracle::{Ledger, Rng};
+use hookinbox::oracle::{self, Ledger, Rng};
 use hookinbox::scheme::Scheme;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -14,6 +15,20 @@ use crate::support::*;
 
 /// When each answer came, and its status (`None`: no answer, the server went away).
 pub type Answers = Vec<(Instant, Option<u16>)>;
+
+/// The oracle over the inbox (no receipts), and the promise's other half: an event is
+/// stored with its delivery row (the `sw` source has one target) or not at all.
+pub fn check_inbox(db: &Path, ledger: &Ledger) {
+    let report = oracle::check(db, "sw", ledger, None).unwrap();
+    report.assert_ok();
+    let deliveries: i64 = open_read(db)
+        .query_row("SELECT count(*) FROM deliveries", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(
+        deliveries as usize, report.stored,
+        "each event has its delivery row"
+    );
+}
 
 pub struct Load {
     stop: watch::Sender<bool>,

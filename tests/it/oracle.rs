@@ -33,11 +33,7 @@ async fn the_oracle_reports_each_kind_of_broken_promise_and_passes_a_clean_run()
         3,
     )
     .await;
-    let received: Vec<Receipt> = sink
-        .received()
-        .iter()
-        .map(|r| Receipt::new(r.header("x-hookinbox-event-id"), r.key(), &r.body))
-        .collect();
+    let received = sink.receipts();
 
     let report = oracle::check(&server.db, "sw", &clean, Some(&received)).unwrap();
     assert!(report.problems().is_empty(), "{:?}", report.problems());

@@ -129,6 +129,16 @@ impl Sink {
         self.log.lock().unwrap().clone()
     }
 
+    /// Every request as the oracle reads it.
+    pub fn receipts(&self) -> Vec<hookinbox::oracle::Receipt> {
+        self.received()
+            .iter()
+            .map(|r| {
+                hookinbox::oracle::Receipt::new(r.header("x-hookinbox-event-id"), r.key(), &r.body)
+            })
+            .collect()
+    }
+
     /// The requests that carried `key`, in arrival order.
     pub fn with_key(&self, key: &str) -> Vec<Received> {
         self.received()

@@ -7,9 +7,9 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hookinbox::oracle::{self, Ledger};
+use hookinbox::oracle::Ledger;
 
-use crate::load::{Answers, Load};
+use crate::load::{Answers, Load, check_inbox};
 use crate::support::*;
 
 /// A small tmpfs, unmounted when dropped.
@@ -165,17 +165,6 @@ fn answered(answers: &Answers, from: Instant, to: Instant) -> (usize, usize) {
     })
 }
 
-/// The oracle over the whole run, and the promise's other half: an event is stored with
-/// its delivery row or not at all.
-fn check(server: &TestServer, ledger: &Arc<Mutex<Ledger>>) {
-    let report = oracle::check(&server.db, "sw", &ledger.lock().unwrap(), None).unwrap();
-    report.assert_ok();
-    assert_eq!(
-        server.count("SELECT count(*) FROM deliveries") as usize,
-        report.stored
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_load_a_full_disk_is_refused_then_ingest_resumes_and_nothing_is_lost() {
     let dir = tempfile::tempdir().unwrap();
@@ -205,7 +194,7 @@ async fn under_load_a_full_disk_is_refused_then_ingest_resumes_and_nothing_is_lo
     eprintln!("full disk under load: {refused} refused while full, {ok_after} stored after");
     assert!(refused > 0, "a full disk is answered with 503");
     assert!(ok_after > 0, "ingest resumes without a restart");
-    check(&server, &ledger);
+    check_inbox(&server.db, &ledger.lock().unwrap());
     assert_eq!(integrity_check(&server.read()), "ok");
     server.stop().await;
     drop(disk);
@@ -291,7 +280,7 @@ async fn under_load_a_write_lock_held_in_sqlite3_gets_503s_then_ingest_resumes()
         "requests waiting on a held lock are answered 503"
     );
     assert!(ok_after > 0, "ingest resumes once the lock is released");
-    check(&server, &ledger);
+    check_inbox(&server.db, &ledger.lock().unwrap());
     server.stop().await;
 }
 
@@ -327,7 +316,7 @@ async fn under_load_a_long_read_in_sqlite3_never_fails_ingest_and_the_wal_shrink
     );
     assert_eq!(refused, 0, "a reader never blocks ingest");
     assert!(answers.iter().all(|(_, s)| s.is_some()));
-    check(&server, &ledger);
+    check_inbox(&server.db, &ledger.lock().unwrap());
 
     // Once idle, the checkpoint truncates the WAL.
     let deadline = Instant::now() + Duration::from_secs(30);
