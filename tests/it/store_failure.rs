@@ -261,8 +261,13 @@ async fn under_load_a_write_lock_held_in_sqlite3_gets_503s_then_ingest_resumes()
         "locked"
     );
     let locked = Instant::now();
-    // Longer than the writer's lock timeout, so that batches fail.
-    tokio::time::sleep(hookinbox::store::WRITE_LOCK_TIMEOUT + Duration::from_secs(1)).await;
+    // Held until requests are refused. The first batch to time out on the lock may hold no
+    // event (a delivery claim, say); the requests queued behind it then wait through a
+    // second timeout, so a 503 can take two of them or more on a busy machine.
+    let deadline = locked + 8 * hookinbox::store::WRITE_LOCK_TIMEOUT;
+    while load.answered_since(locked, 503) == 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_eq!(
         tokio::task::block_in_place(|| shell.run("ROLLBACK; SELECT 'released';")),
         "released"
@@ -277,7 +282,8 @@ async fn under_load_a_write_lock_held_in_sqlite3_gets_503s_then_ingest_resumes()
     eprintln!("write lock under load: {refused} refused while held, {ok_after} stored after");
     assert!(
         refused > 0,
-        "requests waiting on a held lock are answered 503"
+        "requests waiting on a held lock are answered 503 (none within {:?})",
+        released - locked
     );
     assert!(ok_after > 0, "ingest resumes once the lock is released");
     check_inbox(&server.db, &ledger.lock().unwrap());
