@@ -33,16 +33,6 @@ const NOT_FORWARDED: [&str; 11] = [
     "idempotency-key",
 ];
 
-/// Replaced by hookinbox's own signature when the target has a `sign_secret`.
-const STANDARD_WEBHOOKS_HEADERS: [&str; 6] = [
-    "webhook-id",
-    "webhook-timestamp",
-    "webhook-signature",
-    "svix-id",
-    "svix-timestamp",
-    "svix-signature",
-];
-
 pub struct UrlTarget {
     client: reqwest::Client,
     url: reqwest::Url,
@@ -84,7 +74,8 @@ impl UrlTarget {
             if NOT_FORWARDED.contains(&lower.as_str())
                 || named_by_connection.contains(&lower)
                 || lower.starts_with("x-hookinbox-")
-                || (self.sign_key.is_some() && STANDARD_WEBHOOKS_HEADERS.contains(&lower.as_str()))
+                // Replaced by hookinbox's own signature when the target has a sign_secret.
+                || (self.sign_key.is_some() && standard_webhooks::is_signature_header(&lower))
             {
                 continue;
             }

@@ -20,6 +20,11 @@ const NAMES: [[&str; 3]; 2] = [
     ["svix-id", "svix-timestamp", "svix-signature"],
 ];
 
+/// Whether `lowercase_name` is one of the scheme's headers, in either family.
+pub fn is_signature_header(lowercase_name: &str) -> bool {
+    NAMES.iter().flatten().any(|n| *n == lowercase_name)
+}
+
 /// Decodes secrets the way the official libraries do: padding optional, and unused
 /// trailing bits ignored (Python's `b64decode` accepts them; the spec's own example secret
 /// without padding has them).
