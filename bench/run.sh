@@ -2,8 +2,13 @@
 # The benchmark: prints numbers, asserts nothing. Everything runs on this machine, in one
 # run, so compare the ratios, not the absolute figures (shared machines are noisy).
 #
-#   bench/run.sh                 # 6 s per measurement
-#   BENCH_SECONDS=20 bench/run.sh
+#   bench/run.sh                 # 3 rounds, 6 s per measurement
+#   BENCH_SECONDS=20 BENCH_ROUNDS=5 bench/run.sh
+#
+# The ceiling, unique and duplicate runs are interleaved, round after round, and the table
+# shows the median of each, the median and range of the per-round ratios, and the worst
+# p99: on a shared machine one 6 s ceiling can come out 50% above the next one, so a ratio
+# from a single pair of runs says more about the neighbours than about hookinbox.
 #
 # Measures, each with 32 keep-alive connections and 1.5 KB signed bodies:
 #   ceiling    a bare hyper server that reads the body and answers 200
@@ -17,6 +22,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 seconds=${BENCH_SECONDS:-6}
+rounds=${BENCH_ROUNDS:-3}
 conns=32
 cargo build --release --locked --features loadgen >&2
 bin=$PWD/target/release
@@ -59,17 +65,27 @@ field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]
 
 config "$work/plain.toml" "$work/plain.db" ""
 
-# The ceiling.
+# The ceiling, and hookinbox receiving unique events, then one duplicate over and over;
+# one JSON line per run in $work/<name>.jsonl.
 "$bin/hookinbox-loadgen" bare --listen "127.0.0.1:$bare" 2>/dev/null & pids+=($!)
-wait_port "$bare"
-ceiling=$(send "http://127.0.0.1:$bare")
-
-# hookinbox receiving: unique events, then one duplicate over and over.
 "$bin/hookinbox" serve --config "$work/plain.toml" 2>"$work/serve.log" & serve=$!; pids+=("$serve")
+wait_port "$bare"
 wait_port "$pub"
-unique=$(send "http://127.0.0.1:$pub")
-duplicate=$(send "http://127.0.0.1:$pub" --duplicates)
+for round in $(seq "$rounds"); do
+    echo "round $round of $rounds" >&2
+    send "http://127.0.0.1:$bare" >>"$work/ceiling.jsonl"
+    send "http://127.0.0.1:$pub" >>"$work/unique.jsonl"
+    send "http://127.0.0.1:$pub" --duplicates >>"$work/duplicate.jsonl"
+done
 rss_recv=$(awk '/VmHWM/ {print $2}' "/proc/$serve/status")
+# The medians, as one JSON line like the load generator's, for the peer's and forwarding's
+# ratios below.
+ceiling=$(python3 - "$work/ceiling.jsonl" <<'PY'
+import json, statistics, sys
+runs = [json.loads(l) for l in open(sys.argv[1])]
+print(json.dumps({"per_second": statistics.median(r["per_second"] for r in runs)}))
+PY
+)
 kill -TERM "$serve"; wait "$serve" || true
 batches=$(sqlite3 "$work/plain.db" "SELECT count(*) FROM events")
 
@@ -171,21 +187,34 @@ rss_fwd=$(awk '/VmHWM/ {print $2}' "/proc/$fwd/status")
 kill -TERM "$fwd"; wait "$fwd" || true
 
 c=$(field "$ceiling" per_second)
+printf '\n%s rounds of %s s; events/s and p50 are medians, p99 the worst round; a ratio is the\n' "$rounds" "$seconds"
+printf 'median of the rounds'"'"' ratios (each run against the ceiling of its own round), range in brackets.\n'
 printf '\n| run | events/s | ratio to ceiling | p50 ms | p99 ms |\n|---|---:|---:|---:|---:|\n'
-for name in ceiling unique duplicate; do
-    row=${!name}
-    r=$(field "$row" per_second)
-    printf '| %s | %s | %.2f | %s | %s |\n' "$name" "$r" "$(echo "$r / $c" | bc -l)" "$(field "$row" p50_ms)" "$(field "$row" p99_ms)"
-done
+python3 - "$work" <<'PY'
+import json, statistics, sys
+def load(name):
+    return [json.loads(l) for l in open(f"{sys.argv[1]}/{name}.jsonl")]
+ceiling = load("ceiling")
+for name in ("ceiling", "unique", "duplicate"):
+    runs = load(name)
+    ratios = [r["per_second"] / c["per_second"] for r, c in zip(runs, ceiling)]
+    print(f"| {name} | {statistics.median(r['per_second'] for r in runs):.0f} "
+          f"| {statistics.median(ratios):.2f} [{min(ratios):.2f}–{max(ratios):.2f}] "
+          f"| {statistics.median(r['p50_ms'] for r in runs)} | {max(r['p99_ms'] for r in runs)} |")
+PY
 printf '| forward (to a local sink) | %.0f | %.2f | | |\n' "$forward" "$(echo "$forward / $c" | bc -l)"
 if [ -n "$peer" ]; then
     r=$(field "$peer" per_second)
     printf '| %s | %s | %.2f | %s | %s |\n' "$peer_label" "$r" "$(echo "$r / $c" | bc -l)" "$(field "$peer" p50_ms)" "$(field "$peer" p99_ms)"
 fi
-printf '\npeak RSS: %s KiB receiving, %s KiB forwarding; %s events stored in the unique run; %s forwarded\n' \
+printf '\npeak RSS: %s KiB receiving, %s KiB forwarding; %s events stored in the unique runs; %s forwarded\n' \
     "$rss_recv" "$rss_fwd" "$batches" "$stored"
-printf 'non-2xx / errors: unique %s/%s, duplicate %s/%s\n' \
-    "$(field "$unique" non_2xx)" "$(field "$unique" errors)" "$(field "$duplicate" non_2xx)" "$(field "$duplicate" errors)"
+totals() { # non-2xx/errors summed over a .jsonl file's runs
+    python3 -c 'import json, sys; runs = [json.loads(l) for l in open(sys.argv[1])]
+print("/".join(str(sum(r[k] for r in runs)) for k in ("non_2xx", "errors")))' "$1"
+}
+printf 'non-2xx / errors over all rounds: unique %s, duplicate %s\n' \
+    "$(totals "$work/unique.jsonl")" "$(totals "$work/duplicate.jsonl")"
 if [ -n "$peer" ]; then
     printf 'peer: non-2xx / errors %s/%s, peak RSS %s KiB (webhook alone, not its /bin/true children); %s\n' \
         "$(field "$peer" non_2xx)" "$(field "$peer" errors)" "$rss_peer" "$peer_note"

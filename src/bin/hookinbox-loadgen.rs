@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use bytes::Bytes;
@@ -63,7 +63,9 @@ enum Mode {
         /// Body size in bytes (JSON, padded)
         #[arg(long, default_value_t = 1500)]
         body_size: usize,
-        /// Send one event over and over (duplicates) instead of unique ones
+        /// Send one event over and over (duplicates) instead of unique ones. Unique ids are
+        /// load_<run>_<connection>_<n>, with <run> new on every invocation, so a second run
+        /// on the same inbox stores new events rather than sending duplicates
         #[arg(long)]
         duplicates: bool,
         /// Write one line per request: id, status, sha256 of the body (JSON lines)
@@ -269,6 +271,10 @@ async fn send(
     let tally = Arc::new(Tally::default());
     let log = open_log(log)?;
     let plan = Arc::new(plan);
+    // Microseconds since the epoch: different for every run, and readable in the ids.
+    let run = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros());
     let started = Instant::now();
     let deadline = started + plan.duration;
     let mut tasks = Vec::new();
@@ -289,7 +295,7 @@ async fn send(
                 let id = if plan.duplicates {
                     "load_dup".to_owned()
                 } else {
-                    format!("load_{c}_{n}")
+                    format!("load_{run}_{c}_{n}")
                 };
                 n += 1;
                 let body = format!(
