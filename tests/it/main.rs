@@ -23,6 +23,9 @@
 //! - `load`, `proc`: the load generator and the real binary as a child process, for the
 //!   scenarios above; `hookinbox::oracle` checks them.
 //! - `group_commit`: concurrent requests share commits, and each answer waits for its own.
+//! - `power_loss`: the real binary on `lossyfs`, a FUSE file system that forgets what was
+//!   not synced: SIGKILL plus power loss keeps every acknowledged event with
+//!   `synchronous = "full"`, and loses some with `"normal"` (the negative control).
 //! - `crash`: the real binary: SIGKILL at random moments loses no acknowledged event, nor a
 //!   delivery in flight; SIGTERM under load; SIGHUP reloads secrets.
 //! - `operate`: replay, retention, backup, metrics and `check` against a filled inbox.
@@ -48,8 +51,10 @@ mod inspect;
 mod install;
 mod limits;
 mod load;
+mod lossyfs;
 mod operate;
 mod oracle;
+mod power_loss;
 mod proc;
 mod scheme_props;
 mod schemes;
