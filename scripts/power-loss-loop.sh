@@ -2,8 +2,8 @@
 # The long power-loss test: the real binary on lossyfs (a FUSE file system in the test that
 # forgets what was never synced), SIGKILL and a power loss at random moments under load, N
 # times (default 100), checking after each restart that every acknowledged event survived;
-# then the negative control with synchronous = "normal", which must lose some. Needs root
-# and /dev/fuse. A failure prints HOOKINBOX_POWER_SEED to replay it.
+# beside it the negative control with synchronous = "normal", which must lose some. Needs
+# root and /dev/fuse. A failure prints HOOKINBOX_POWER_SEED to replay it.
 #
 #   scripts/power-loss-loop.sh         # 100 cycles (~8 minutes: each cycle reads the whole
 #                                      # inbox through FUSE, so later ones are slower)

@@ -64,8 +64,9 @@ enum Mode {
         #[arg(long, default_value_t = 1500)]
         body_size: usize,
         /// Send one event over and over (duplicates) instead of unique ones. Unique ids are
-        /// load_<run>_<connection>_<n>, with <run> new on every invocation, so a second run
-        /// on the same inbox stores new events rather than sending duplicates
+        /// load_<run>_<connection>_<n>: <run> is new on every invocation, so a second run on
+        /// the same inbox stores new events, and the numbers are zero-padded, so that a
+        /// connection's ids sort in the order they were sent
         #[arg(long)]
         duplicates: bool,
         /// Write one line per request: id, status, sha256 of the body (JSON lines)
@@ -289,15 +290,19 @@ async fn send(
                 .expect("client");
             let pause = (plan.rate > 0)
                 .then(|| Duration::from_secs_f64(plan.connections as f64 / plan.rate as f64));
-            let pad = "x".repeat(plan.body_size.saturating_sub(80));
+            let padding = "x".repeat(plan.body_size);
             let mut n = 0u64;
             while Instant::now() < deadline {
+                // Zero-padded, so that a connection's ids sort in the order they were sent.
                 let id = if plan.duplicates {
                     "load_dup".to_owned()
                 } else {
-                    format!("load_{run}_{c}_{n}")
+                    format!("load_{run}_{c:04}_{n:010}")
                 };
                 n += 1;
+                // The body below without its id and padding.
+                const SHELL: usize = r#"{"id":"","event_id":"","type":"load.test","pad":""}"#.len();
+                let pad = &padding[..plan.body_size.saturating_sub(SHELL + 2 * id.len())];
                 let body = format!(
                     r#"{{"id":"{id}","event_id":"{id}","type":"load.test","pad":"{pad}"}}"#
                 );

@@ -6,21 +6,27 @@
 //! and remembers the range; `fsync` or `fdatasync` copies the written ranges into
 //! `durable`. [`Disk::lose_power`] puts every file back to its durable bytes.
 //!
-//! Simplifications: creating, removing, truncating and extending a file are durable at once
-//! (a real file system may persist such metadata at any moment, so this is one of the states
-//! it could come back in), and a write is never torn or reordered. A loss this file system
-//! shows is therefore a loss a real disk could show too; it does not find every loss one
-//! could.
+//! Simplifications: creating, removing and truncating a file are durable at once (a real
+//! file system may persist such metadata at any moment, so this is one of the states it
+//! could come back in), a file extended by a write keeps its new size only once synced, and
+//! a write is never torn or reordered. A loss this file system shows is therefore a loss a
+//! real disk could show too; it does not find every loss one could.
 //!
 //! The database and WAL are opened with direct I/O, so every read comes here and sees
 //! `current`, and nothing stale survives in the kernel's cache after a power loss. The
 //! `-shm` file, which SQLite maps into memory, goes through the page cache as usual (mapping
 //! needs it); SQLite rebuilds its contents when the first connection opens the database.
+//! Direct I/O also means SQLite cannot memory-map the database, so its readers fall back to
+//! `read`: the write path under test is the production one, the read path is not quite.
+//!
+//! Every handler answers instead of panicking: a panic would leave the kernel's request
+//! unanswered and the process that made it hung, and the test with it.
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use fuser::{
@@ -33,6 +39,8 @@ const ROOT: u64 = fuser::FUSE_ROOT_ID;
 const TTL: Duration = Duration::ZERO;
 const FOPEN_DIRECT_IO: u32 = 1 << 0;
 const FOPEN_KEEP_CACHE: u32 = 1 << 1;
+/// The largest file: what `statfs` reports free. Beyond it a write gets EFBIG.
+const MAX_FILE: u64 = 1 << 30;
 
 #[derive(Default)]
 struct File {
@@ -78,8 +86,11 @@ impl Disk {
             next_ino: ROOT + 1,
             ..State::default()
         }));
+        let owner = std::fs::metadata(mountpoint)?;
         let fs = LossyFs {
             state: state.clone(),
+            uid: owner.uid(),
+            gid: owner.gid(),
         };
         let options = [
             MountOption::FSName("lossyfs".into()),
@@ -95,11 +106,19 @@ impl Disk {
     /// Every file goes back to what was last synced: a power loss. Call it only while no
     /// process has the files open (after SIGKILL), as after a real one.
     pub fn lose_power(&self) -> LostBytes {
-        let mut state = self.state.lock().unwrap();
+        let mut state = lock(&self.state);
         let mut lost = LostBytes::default();
         for f in state.files.values_mut() {
-            lost.files += usize::from(!f.unsynced.is_empty());
-            lost.bytes += f.unsynced.iter().map(|(s, e)| e - s).sum::<usize>();
+            // Bytes that differ, and bytes past the durable end: what a reader will miss.
+            let differing = f
+                .current
+                .iter()
+                .zip(&f.durable)
+                .filter(|(a, b)| a != b)
+                .count();
+            let bytes = differing + f.current.len().saturating_sub(f.durable.len());
+            lost.files += usize::from(bytes > 0);
+            lost.bytes += bytes;
             f.current = f.durable.clone();
             f.unsynced.clear();
         }
@@ -107,7 +126,7 @@ impl Disk {
     }
 
     pub fn syncs(&self) -> u64 {
-        self.state.lock().unwrap().syncs
+        lock(&self.state).syncs
     }
 }
 
@@ -120,31 +139,48 @@ pub struct LostBytes {
 
 struct LossyFs {
     state: Arc<Mutex<State>>,
+    /// Files belong to whoever mounted the file system.
+    uid: u32,
+    gid: u32,
 }
 
-fn attr(ino: u64, f: Option<&File>) -> FileAttr {
-    let now = SystemTime::now();
-    let (kind, perm, size) = match f {
-        Some(f) => (FileType::RegularFile, f.mode, f.current.len() as u64),
-        None => (FileType::Directory, 0o755, 0),
-    };
-    FileAttr {
-        ino,
-        size,
-        blocks: size.div_ceil(512),
-        atime: now,
-        mtime: now,
-        ctime: now,
-        crtime: now,
-        kind,
-        perm,
-        nlink: if f.is_some() { 1 } else { 2 },
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        blksize: 4096,
-        flags: 0,
+impl LossyFs {
+    fn attr(&self, ino: u64, f: Option<&File>) -> FileAttr {
+        let now = SystemTime::now();
+        let (kind, perm, size) = match f {
+            Some(f) => (FileType::RegularFile, f.mode, f.current.len() as u64),
+            None => (FileType::Directory, 0o755, 0),
+        };
+        FileAttr {
+            ino,
+            size,
+            blocks: size.div_ceil(512),
+            atime: now,
+            mtime: now,
+            ctime: now,
+            crtime: now,
+            kind,
+            perm,
+            nlink: if f.is_some() { 1 } else { 2 },
+            uid: self.uid,
+            gid: self.gid,
+            rdev: 0,
+            blksize: 4096,
+            flags: 0,
+        }
     }
+}
+
+/// A handler that panicked leaves its data as it was; carrying on beats hanging the test.
+fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
+    state.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// `[start, start + len)` as indexes, if it ends within [`MAX_FILE`].
+fn range(start: i64, len: u64) -> Option<(usize, usize)> {
+    let start = u64::try_from(start).ok()?;
+    let end = start.checked_add(len)?;
+    (end <= MAX_FILE).then_some((start as usize, end as usize))
 }
 
 /// Direct I/O for everything but SQLite's shared-memory file, which it maps.
@@ -158,18 +194,18 @@ fn open_flags(name: &OsStr) -> u32 {
 
 impl Filesystem for LossyFs {
     fn lookup(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
-        let state = self.state.lock().unwrap();
+        let state = lock(&self.state);
         match state.files.iter().find(|(_, f)| f.name == name) {
-            Some((ino, f)) if parent == ROOT => reply.entry(&TTL, &attr(*ino, Some(f)), 0),
+            Some((ino, f)) if parent == ROOT => reply.entry(&TTL, &self.attr(*ino, Some(f)), 0),
             _ => reply.error(nix::libc::ENOENT),
         }
     }
 
     fn getattr(&mut self, _req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
-        let state = self.state.lock().unwrap();
+        let state = lock(&self.state);
         match (ino, state.files.get(&ino)) {
-            (ROOT, _) => reply.attr(&TTL, &attr(ROOT, None)),
-            (_, Some(f)) => reply.attr(&TTL, &attr(ino, Some(f))),
+            (ROOT, _) => reply.attr(&TTL, &self.attr(ROOT, None)),
+            (_, Some(f)) => reply.attr(&TTL, &self.attr(ino, Some(f))),
             _ => reply.error(nix::libc::ENOENT),
         }
     }
@@ -192,9 +228,9 @@ impl Filesystem for LossyFs {
         _flags: Option<u32>,
         reply: ReplyAttr,
     ) {
-        let mut state = self.state.lock().unwrap();
+        let mut state = lock(&self.state);
         if ino == ROOT {
-            return reply.attr(&TTL, &attr(ROOT, None));
+            return reply.attr(&TTL, &self.attr(ROOT, None));
         }
         let Some(f) = state.files.get_mut(&ino) else {
             return reply.error(nix::libc::ENOENT);
@@ -204,14 +240,17 @@ impl Filesystem for LossyFs {
         }
         // Truncation is durable at once (see the module's comment).
         if let Some(size) = size {
-            f.current.resize(size as usize, 0);
-            f.durable.resize(size as usize, 0);
+            let Some((_, size)) = range(0, size) else {
+                return reply.error(nix::libc::EFBIG);
+            };
+            f.current.resize(size, 0);
+            f.durable.resize(size, 0);
         }
-        reply.attr(&TTL, &attr(ino, Some(f)));
+        reply.attr(&TTL, &self.attr(ino, Some(f)));
     }
 
     fn unlink(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
-        let mut state = self.state.lock().unwrap();
+        let mut state = lock(&self.state);
         let found = state
             .files
             .iter()
@@ -239,7 +278,7 @@ impl Filesystem for LossyFs {
         if parent != ROOT {
             return reply.error(nix::libc::ENOENT);
         }
-        let mut state = self.state.lock().unwrap();
+        let mut state = lock(&self.state);
         if state.files.values().any(|f| f.name == name) {
             return reply.error(nix::libc::EEXIST);
         }
@@ -250,12 +289,12 @@ impl Filesystem for LossyFs {
             mode: (mode & 0o7777) as u16,
             ..File::default()
         };
-        reply.created(&TTL, &attr(ino, Some(&file)), 0, 0, open_flags(name));
+        reply.created(&TTL, &self.attr(ino, Some(&file)), 0, 0, open_flags(name));
         state.files.insert(ino, file);
     }
 
     fn open(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
-        let state = self.state.lock().unwrap();
+        let state = lock(&self.state);
         match state.files.get(&ino) {
             Some(f) => reply.opened(0, open_flags(&f.name)),
             None => reply.error(nix::libc::ENOENT),
@@ -273,12 +312,12 @@ impl Filesystem for LossyFs {
         _lock_owner: Option<u64>,
         reply: ReplyData,
     ) {
-        let state = self.state.lock().unwrap();
+        let state = lock(&self.state);
         let Some(f) = state.files.get(&ino) else {
             return reply.error(nix::libc::ENOENT);
         };
-        let start = (offset as usize).min(f.current.len());
-        let end = (start + size as usize).min(f.current.len());
+        let start = usize::try_from(offset).map_or(0, |o| o.min(f.current.len()));
+        let end = start.saturating_add(size as usize).min(f.current.len());
         reply.data(&f.current[start..end]);
     }
 
@@ -294,11 +333,13 @@ impl Filesystem for LossyFs {
         _lock_owner: Option<u64>,
         reply: ReplyWrite,
     ) {
-        let mut state = self.state.lock().unwrap();
+        let mut state = lock(&self.state);
         let Some(f) = state.files.get_mut(&ino) else {
             return reply.error(nix::libc::ENOENT);
         };
-        let (start, end) = (offset as usize, offset as usize + data.len());
+        let Some((start, end)) = range(offset, data.len() as u64) else {
+            return reply.error(nix::libc::EFBIG);
+        };
         if f.current.len() < end {
             f.current.resize(end, 0);
         }
@@ -312,7 +353,7 @@ impl Filesystem for LossyFs {
     }
 
     fn fsync(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _data: bool, reply: ReplyEmpty) {
-        let mut state = self.state.lock().unwrap();
+        let mut state = lock(&self.state);
         state.syncs += 1;
         match state.files.get_mut(&ino) {
             Some(f) => {
@@ -321,28 +362,6 @@ impl Filesystem for LossyFs {
             }
             None => reply.error(nix::libc::ENOENT),
         }
-    }
-
-    fn fallocate(
-        &mut self,
-        _req: &Request<'_>,
-        ino: u64,
-        _fh: u64,
-        offset: i64,
-        length: i64,
-        _mode: i32,
-        reply: ReplyEmpty,
-    ) {
-        let mut state = self.state.lock().unwrap();
-        let Some(f) = state.files.get_mut(&ino) else {
-            return reply.error(nix::libc::ENOENT);
-        };
-        let end = (offset + length) as usize;
-        if f.current.len() < end {
-            f.current.resize(end, 0);
-            f.durable.resize(end, 0);
-        }
-        reply.ok();
     }
 
     fn opendir(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
@@ -364,7 +383,7 @@ impl Filesystem for LossyFs {
         if ino != ROOT {
             return reply.error(nix::libc::ENOTDIR);
         }
-        let state = self.state.lock().unwrap();
+        let state = lock(&self.state);
         let mut entries = vec![
             (ROOT, FileType::Directory, OsString::from(".")),
             (ROOT, FileType::Directory, OsString::from("..")),
