@@ -7,7 +7,8 @@
 //! WAL: there acknowledged events must go missing, or the test could not see a loss at all.
 //!
 //! Needs /dev/fuse and the right to mount (root, as in CI); elsewhere it says SKIPPED, or
-//! fails if `HOOKINBOX_REQUIRE_FUSE` is set (`.ci/run` sets it when /dev/fuse exists).
+//! fails if `HOOKINBOX_REQUIRE_FUSE` is set (`.ci/run` sets it when the machine has
+//! /dev/fuse and may mount).
 //! `HOOKINBOX_POWER_CYCLES` sets how many cycles the `full` test runs (3);
 //! `HOOKINBOX_POWER_SEED` replays a printed seed.
 
