@@ -20,10 +20,7 @@ const CONNECTIONS: usize = 8;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_at_random_moments_loses_no_acknowledged_event() {
-    let iterations: usize = std::env::var("HOOKINBOX_CRASH_ITERATIONS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3);
+    let iterations = count_from_env("HOOKINBOX_CRASH_ITERATIONS", 3);
     let seed = Rng::seed_from_env("HOOKINBOX_CRASH_SEED");
     eprintln!("crash test: {iterations} iterations, HOOKINBOX_CRASH_SEED={seed}");
     let mut rng = Rng(seed);
@@ -220,11 +217,7 @@ async fn sighup_reloads_secrets_keeps_requests_in_flight_and_refuses_a_broken_fi
             .replace(NEW, secret);
         let path = d.config.with_extension("probe.toml");
         std::fs::write(&path, text).unwrap();
-        hookinbox::config::load(&path)
-            .unwrap()
-            .sources
-            .remove(0)
-            .scheme
+        first_scheme(&path)
     };
     let (old, new) = (scheme_with(OLD), scheme_with(NEW));
     let post = |scheme: &hookinbox::scheme::Scheme, id: &str| {

@@ -81,10 +81,7 @@ async fn sweep_point(point: &str) {
     let mut rng = Rng(seed);
     // Each round arms every action at a fresh k; the suite runs one round,
     // scripts/failpoint-sweep.sh as many as it is told.
-    let rounds: usize = std::env::var("HOOKINBOX_FAILPOINT_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1);
+    let rounds = count_from_env("HOOKINBOX_FAILPOINT_ROUNDS", 1);
     for action in (0..rounds).flat_map(|_| ACTIONS) {
         // Fail at the k-th pass, so that the fault lands among work; claims are few (each
         // takes a batch of deliveries), so that point fails at the first or second.

@@ -29,6 +29,8 @@ const CONNECTIONS: usize = 8;
 struct Rig {
     disk: Disk,
     config: PathBuf,
+    /// The source's scheme, to sign as its provider would.
+    scheme: Arc<hookinbox::scheme::Scheme>,
     db: PathBuf,
     ledger: Arc<Mutex<Ledger>>,
     rng: Rng,
@@ -69,6 +71,7 @@ impl Rig {
         eprintln!("power loss, synchronous = {synchronous}: HOOKINBOX_POWER_SEED={seed}");
         Some(Rig {
             disk,
+            scheme: first_scheme(&config),
             config,
             db,
             ledger: Arc::default(),
@@ -80,17 +83,10 @@ impl Rig {
     /// One cycle: start, load for a random moment, SIGKILL plus power loss, restart on what
     /// the disk kept. Returns the oracle's report over everything sent so far.
     async fn cycle(&mut self, tag: &str) -> oracle::Report {
-        let scheme = Arc::new(
-            hookinbox::config::load(&self.config)
-                .unwrap()
-                .sources
-                .remove(0)
-                .scheme,
-        );
         let proc = Proc::spawn(&self.config);
         let load = Load::start(
             &format!("http://{}", proc.public),
-            scheme,
+            self.scheme.clone(),
             tag,
             CONNECTIONS,
             self.rng.next_u64(),
@@ -128,11 +124,7 @@ async fn with_synchronous_full_a_power_loss_keeps_every_acknowledged_event() {
     let Some(mut rig) = Rig::mount("full") else {
         return;
     };
-    let cycles: usize = std::env::var("HOOKINBOX_POWER_CYCLES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3);
-    for i in 0..cycles {
+    for i in 0..count_from_env("HOOKINBOX_POWER_CYCLES", 3) {
         rig.cycle(&format!("full{i}")).await.assert_ok();
     }
     let ledger = rig.ledger.lock().unwrap();

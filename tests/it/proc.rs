@@ -136,13 +136,7 @@ pub fn deploy(sources: &str) -> Deployed {
     let db = dir.path().join("inbox.db");
     let config = dir.path().join("hookinbox.toml");
     std::fs::write(&config, config_text(SERVER, &db, sources)).unwrap();
-    let scheme = Arc::new(
-        hookinbox::config::load(&config)
-            .unwrap()
-            .sources
-            .remove(0)
-            .scheme,
-    );
+    let scheme = first_scheme(&config);
     Deployed {
         _dir: dir,
         db,

@@ -147,12 +147,8 @@ async fn readiness_returns_after_a_failure_without_waiting_for_traffic() {
 
 /// Load on an in-process server, recorded in `ledger`.
 fn load_on(server: &TestServer, tag: &str, ledger: &Arc<Mutex<Ledger>>) -> Load {
-    let scheme = hookinbox::config::load(&server.config.path)
-        .unwrap()
-        .sources
-        .remove(0)
-        .scheme;
-    Load::start(&server.base, Arc::new(scheme), tag, 8, 1, ledger.clone())
+    let scheme = first_scheme(&server.config.path);
+    Load::start(&server.base, scheme, tag, 8, 1, ledger.clone())
 }
 
 /// (2xx, 503) answers that came between `from` and `to`.

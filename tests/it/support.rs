@@ -325,6 +325,19 @@ pub fn config_text(server: &str, db: &Path, sources: &str) -> String {
     )
 }
 
+/// The scheme of the config file's first source, to sign requests as its provider would.
+pub fn first_scheme(config: &Path) -> std::sync::Arc<Scheme> {
+    std::sync::Arc::new(config::load(config).unwrap().sources.remove(0).scheme)
+}
+
+/// A count that the long scripts raise through the environment, `default` in the suite.
+pub fn count_from_env(var: &str, default: usize) -> usize {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 pub fn open_read(db: &Path) -> rusqlite::Connection {
     let c = rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
         .unwrap();
