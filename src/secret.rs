@@ -4,9 +4,12 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-/// A secret's bytes. `Debug` and `Display` print `***`, so a secret cannot reach a log by
-/// accident; the bytes are reachable only through [`Secret::expose`].
-#[derive(Clone, PartialEq, Eq)]
+/// A secret's bytes. `Debug` prints `***` and there is no `Display`, so a secret cannot
+/// reach a log by accident; the bytes are reachable only through [`Secret::expose`].
+///
+/// Deliberately not `PartialEq`: a derived `==` compares byte by byte and stops at the first
+/// difference, which leaks timing. Compare secret-derived values with `ring::hmac::verify`.
+#[derive(Clone)]
 pub struct Secret(Vec<u8>);
 
 impl Secret {
@@ -98,6 +101,23 @@ fn non_empty(secret: Secret, what: &str) -> Result<Secret, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Fails to hold if someone derives `PartialEq` again: an inherent constant of
+    /// `Probe<T>` exists only when `T: PartialEq`, and wins over the trait's default.
+    #[test]
+    fn secrets_have_no_equality() {
+        struct Probe<T>(std::marker::PhantomData<T>);
+        trait Fallback {
+            const COMPARABLE: bool = false;
+        }
+        impl<T> Fallback for Probe<T> {}
+        #[allow(dead_code)]
+        impl<T: PartialEq> Probe<T> {
+            const COMPARABLE: bool = true;
+        }
+        assert!(Probe::<Vec<u8>>::COMPARABLE, "the probe detects PartialEq");
+        assert!(!Probe::<Secret>::COMPARABLE, "Secret must not be PartialEq");
+    }
 
     #[test]
     fn debug_never_prints_the_secret() {
