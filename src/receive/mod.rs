@@ -257,28 +257,27 @@ impl listener::Handler for Receiver {
 }
 
 /// The order key and version of a body, when both are at their pointers. A key is text
-/// (numbers are written as text); a version is a number or text, compared as SQLite does.
+/// (a number keeps its exact text); a version is a number or text, compared as SQLite does.
 fn order_key(order: &Order, body: &[u8]) -> Option<(String, rusqlite::types::Value)> {
+    use crate::scheme::json::{self, Field};
     use rusqlite::types::Value;
-    use serde_json::Value as Json;
-    let json: Json = serde_json::from_slice(body).ok()?;
-    let key = match json.pointer(&order.key)? {
-        Json::String(s) => s.clone(),
-        Json::Number(n) => n.to_string(),
-        _ => return None,
+    let key = match json::field(body, &order.key).ok()?? {
+        Field::Text(s) => s,
+        Field::Number(n) => n.to_owned(),
+        Field::Other => return None,
     };
     // A string of digits is a number ("10" after "9"), as providers often send int64
     // versions as strings; other text (ISO times) compares as text.
-    let version = match json.pointer(&order.version)? {
-        Json::String(s) => match s.parse::<i64>() {
+    let version = match json::field(body, &order.version).ok()?? {
+        Field::Text(s) => match s.parse::<i64>() {
             Ok(i) => Value::Integer(i),
-            Err(_) => Value::Text(s.clone()),
+            Err(_) => Value::Text(s),
         },
-        Json::Number(n) => match n.as_i64() {
-            Some(i) => Value::Integer(i),
-            None => Value::Real(n.as_f64()?),
+        Field::Number(n) => match n.parse::<i64>() {
+            Ok(i) => Value::Integer(i),
+            Err(_) => Value::Real(n.parse::<f64>().ok()?),
         },
-        _ => return None,
+        Field::Other => return None,
     };
     Some((key, version))
 }

@@ -9,6 +9,7 @@
 pub mod github;
 pub mod gitlab;
 pub mod hmac;
+pub mod json;
 pub mod shopify;
 pub mod slack;
 pub mod standard_webhooks;
@@ -335,15 +336,17 @@ pub fn event_id(input: &Input, rule: &IdRule) -> Result<String, Reject> {
                 .trim()
                 .to_owned()
         }
-        IdRule::Pointer(pointer) => {
-            let json: serde_json::Value = serde_json::from_slice(input.body)
-                .map_err(|_| Reject::BadBody("body is not JSON, so the event id cannot be read"))?;
-            match json.pointer(pointer) {
-                Some(serde_json::Value::String(s)) => s.clone(),
-                Some(serde_json::Value::Number(n)) => n.to_string(),
-                _ => return Err(Reject::NoEventId("no string or number at the id pointer")),
+        IdRule::Pointer(pointer) => match json::field(input.body, pointer) {
+            Err(json::NotJson) => {
+                return Err(Reject::BadBody(
+                    "body is not JSON, so the event id cannot be read",
+                ));
             }
-        }
+            Ok(None) => return Err(Reject::NoEventId("nothing at the id pointer")),
+            Ok(Some(field)) => field.text_or_integer().ok_or(Reject::NoEventId(
+                "the id pointer names neither a string nor an integer",
+            ))?,
+        },
     };
     check_id(id)
 }
@@ -363,12 +366,10 @@ pub fn check_id(id: String) -> Result<String, Reject> {
     Ok(id)
 }
 
-/// A string field at `pointer` of a JSON body, for event types; absent or not a string is
-/// simply unknown.
-pub fn json_str(json: &serde_json::Value, pointer: &str) -> Option<String> {
-    json.pointer(pointer)
-        .and_then(|v| v.as_str())
-        .map(|s| s.chars().take(200).collect())
+/// A string field at `pointer` of a JSON body, for event types; absent, not a string or not
+/// JSON is simply unknown.
+pub fn json_str(body: &[u8], pointer: &str) -> Option<String> {
+    json::text(body, pointer).map(|s| s.chars().take(200).collect())
 }
 
 /// An optional header as text, for informational fields such as the event type.

@@ -32,22 +32,15 @@ pub fn verify(input: &Input, ctx: &Ctx) -> Result<Verdict, Reject> {
 
     // Slash commands and interactivity send form bodies: those are not JSON, and get an id
     // only from a configured rule.
-    let json = serde_json::from_slice::<serde_json::Value>(input.body).ok();
-    if let Some(json) = &json
-        && json.get("type").and_then(|t| t.as_str()) == Some("url_verification")
-    {
-        let challenge = json
-            .get("challenge")
-            .and_then(|c| c.as_str())
-            .ok_or(Reject::BadBody(
-                "url_verification without a challenge string",
-            ))?;
+    if super::json::text(input.body, "/type").as_deref() == Some("url_verification") {
+        let challenge = super::json::text(input.body, "/challenge").ok_or(Reject::BadBody(
+            "url_verification without a challenge string",
+        ))?;
         let answer = serde_json::json!({ "challenge": challenge });
         return Ok(Verdict::Handshake(answer.to_string().into_bytes()));
     }
-    let event_type = json
-        .as_ref()
-        .and_then(|j| super::json_str(j, "/event/type").or_else(|| super::json_str(j, "/type")));
+    let event_type =
+        super::json_str(input.body, "/event/type").or_else(|| super::json_str(input.body, "/type"));
     Ok(Verdict::Event(Identity {
         event_id: ctx.event_id(input, &IdRule::Pointer("/event_id".into()))?,
         provider_time: Some(ts),

@@ -58,9 +58,7 @@ pub fn verify(input: &Input, ctx: &Ctx) -> Result<Verdict, Reject> {
     Ok(Verdict::Event(Identity {
         event_id: ctx.event_id(input, &IdRule::Pointer("/id".into()))?,
         provider_time: Some(ts),
-        event_type: serde_json::from_slice::<serde_json::Value>(input.body)
-            .ok()
-            .and_then(|json| super::json_str(&json, "/type")),
+        event_type: super::json_str(input.body, "/type"),
     }))
 }
 

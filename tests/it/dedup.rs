@@ -183,3 +183,49 @@ async fn racing_versions_of_one_id_store_exactly_one_and_quarantine_the_other() 
 fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(ring::digest::digest(&ring::digest::SHA256, bytes))
 }
+
+/// A source whose ids are JSON numbers in the signed body, as some providers send them.
+const NUMERIC_IDS: &str = r#"
+[[sources]]
+name = "numeric"
+scheme = "hmac"
+secrets = ["numeric-secret"]
+id_pointer = "/id"
+hmac = { header = "X-Signature" }
+"#;
+
+#[tokio::test]
+async fn numeric_ids_are_exact_integers_and_equal_to_their_text() {
+    let owned = TestServer::start(NUMERIC_IDS).await;
+    let server = &owned;
+    let post = |body: &'static str| async move {
+        let req = server.sign("numeric", "-", body.as_bytes());
+        server.post("numeric", &req).await.0
+    };
+    // Two ids that one float cannot tell apart: both are new events.
+    assert_eq!(post(r#"{"id":123456789012345678901234,"n":1}"#).await, 200);
+    assert_eq!(post(r#"{"id":123456789012345678901235,"n":2}"#).await, 200);
+    assert_eq!(server.count("SELECT count(*) FROM conflicts"), 0);
+    let ids: Vec<String> = server
+        .read()
+        .prepare("SELECT event_id FROM events ORDER BY id")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        ids,
+        ["123456789012345678901234", "123456789012345678901235"]
+    );
+    // Not an integer: refused, nothing stored.
+    for body in [r#"{"id":1.5}"#, r#"{"id":1e3}"#, r#"{"id":true}"#] {
+        assert_eq!(post(body).await, 400, "{body}");
+    }
+    // The documented rule: an integer id is its decimal text, so 10 and "10" are one
+    // identity, and different bytes under it are a conflict.
+    assert_eq!(post(r#"{"id":10}"#).await, 200);
+    assert_eq!(post(r#"{"id":"10"}"#).await, 409);
+    assert_eq!(server.count("SELECT count(*) FROM events"), 3);
+    owned.stop().await;
+}

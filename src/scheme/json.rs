@@ -1,0 +1,256 @@
+//! Fields of a signed JSON body, read by an RFC 6901 pointer exactly as the provider wrote
+//! them.
+//!
+//! Why not `serde_json::Value::pointer`: a `Value` keeps numbers as `u64`, `i64` or `f64`,
+//! so `123456789012345678901234` and `123456789012345678901235` both become the same float
+//! and two genuine events would share one identity (the second quarantined as a conflict).
+//! Here the walk borrows each member as a [`RawValue`], the number's own text, and nothing
+//! on the path is re-encoded. It also allocates nothing for the members it skips.
+//!
+//! The rule for ids: a JSON string is its decoded text; a JSON integer is its exact decimal
+//! text, so `10` and `"10"` are the same identity (a provider writes an id one way; both
+//! name event 10). A number with a fraction or an exponent is not an id.
+
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+
+/// What sits at a pointer, as far as the callers care.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Field<'a> {
+    /// A JSON string, unescaped.
+    Text(String),
+    /// A JSON number, exactly as written (`-12`, `1.5e3`).
+    Number(&'a str),
+    /// Anything else: an object, an array, `true`, `false` or `null`.
+    Other,
+}
+
+impl Field<'_> {
+    /// The text of a string, or of a number that is an integer: what an id or a key may be.
+    pub fn text_or_integer(&self) -> Option<String> {
+        match self {
+            Field::Text(s) => Some(s.clone()),
+            Field::Number(n) if is_integer(n) => Some((*n).to_owned()),
+            _ => None,
+        }
+    }
+}
+
+/// The body is not JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotJson;
+
+/// The field at `pointer` (`""` is the whole document), or `None` when the path does not
+/// exist. The whole body is checked to be JSON first, as `serde_json::from_slice` would.
+pub fn field<'a>(body: &'a [u8], pointer: &str) -> Result<Option<Field<'a>>, NotJson> {
+    let mut current: &'a RawValue = serde_json::from_slice(body).map_err(|_| NotJson)?;
+    if !pointer.is_empty() {
+        let Some(path) = pointer.strip_prefix('/') else {
+            return Ok(None);
+        };
+        for token in path.split('/') {
+            let token = unescape(token);
+            let mut de = serde_json::Deserializer::from_str(current.get());
+            match Member(&token).deserialize(&mut de) {
+                Ok(Some(next)) => current = next,
+                // Already valid JSON, so an error here can only be "not found"-like.
+                Ok(None) | Err(_) => return Ok(None),
+            }
+        }
+    }
+    let text = current.get();
+    Ok(Some(match text.as_bytes().first() {
+        Some(b'"') => Field::Text(serde_json::from_str(text).map_err(|_| NotJson)?),
+        Some(b'-' | b'0'..=b'9') => Field::Number(text),
+        _ => Field::Other,
+    }))
+}
+
+/// The string at `pointer`, if the body is JSON and there is one.
+pub fn text(body: &[u8], pointer: &str) -> Option<String> {
+    match field(body, pointer) {
+        Ok(Some(Field::Text(s))) => Some(s),
+        _ => None,
+    }
+}
+
+/// RFC 6901: `~1` is `/` and `~0` is `~`, in that order.
+fn unescape(token: &str) -> std::borrow::Cow<'_, str> {
+    if token.contains('~') {
+        token.replace("~1", "/").replace("~0", "~").into()
+    } else {
+        token.into()
+    }
+}
+
+/// JSON's integer grammar: an optional minus, then `0` or digits not starting with `0`.
+fn is_integer(n: &str) -> bool {
+    let digits = n.strip_prefix('-').unwrap_or(n);
+    !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits == "0" || !digits.starts_with('0'))
+}
+
+/// Finds one member of an object (by key) or an array (by index) and borrows its raw text,
+/// skipping every other member without building it.
+struct Member<'t>(&'t str);
+
+impl<'de> DeserializeSeed<'de> for Member<'_> {
+    type Value = Option<&'de RawValue>;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Member<'_> {
+    type Value = Option<&'de RawValue>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found = None;
+        while let Some(is_it) = map.next_key_seed(KeyIs(self.0))? {
+            if is_it {
+                // A repeated key: the last one counts, as in serde_json's own maps.
+                found = Some(map.next_value::<&RawValue>()?);
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(found)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        // RFC 6901 indices: digits without a leading zero ("-" names no element).
+        let wanted = (is_integer(self.0) && !self.0.starts_with('-'))
+            .then(|| self.0.parse::<usize>().ok())
+            .flatten();
+        let mut found = None;
+        let mut i = 0;
+        while let Some(element) = seq.next_element::<&RawValue>()? {
+            if Some(i) == wanted {
+                found = Some(element);
+            }
+            i += 1;
+        }
+        Ok(found)
+    }
+
+    // A scalar has no members.
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+}
+
+/// Whether an object key equals the wanted one, compared without allocating when the key
+/// has no escapes.
+struct KeyIs<'t>(&'t str);
+
+impl<'de> DeserializeSeed<'de> for KeyIs<'_> {
+    type Value = bool;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for KeyIs<'_> {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an object key")
+    }
+
+    fn visit_str<E>(self, key: &str) -> Result<bool, E> {
+        Ok(key == self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(body: &str, pointer: &str) -> Option<Field<'static>> {
+        let body: &'static str = Box::leak(body.to_owned().into_boxed_str());
+        field(body.as_bytes(), pointer).unwrap()
+    }
+
+    #[test]
+    fn big_integers_keep_every_digit() {
+        let a = at(r#"{"id":123456789012345678901234}"#, "/id").unwrap();
+        let b = at(r#"{"id":123456789012345678901235}"#, "/id").unwrap();
+        assert_eq!(a.text_or_integer().unwrap(), "123456789012345678901234");
+        assert_ne!(a.text_or_integer(), b.text_or_integer());
+    }
+
+    #[test]
+    fn strings_numbers_and_the_rest() {
+        assert_eq!(
+            at(r#"{"id":"evt_1"}"#, "/id"),
+            Some(Field::Text("evt_1".into()))
+        );
+        assert_eq!(
+            at(r#"{"id":"a\"b\u00e9"}"#, "/id"),
+            Some(Field::Text("a\"bé".into()))
+        );
+        assert_eq!(
+            at(r#"{"id":10}"#, "/id").unwrap().text_or_integer(),
+            at(r#"{"id":"10"}"#, "/id").unwrap().text_or_integer()
+        );
+        for not_an_id in ["1.5", "1e3", "-0.0", "true", "null", "{}", "[1]"] {
+            let f = at(&format!(r#"{{"id":{not_an_id}}}"#), "/id").unwrap();
+            assert_eq!(f.text_or_integer(), None, "{not_an_id}");
+        }
+        assert_eq!(
+            at(r#"{"id":-7}"#, "/id")
+                .unwrap()
+                .text_or_integer()
+                .unwrap(),
+            "-7"
+        );
+        assert_eq!(at(r#"{"x":1}"#, "/id"), None);
+    }
+
+    #[test]
+    fn nested_paths_arrays_and_escapes() {
+        let body = r#"{"data":{"object":{"id":"obj","list":[{"v":1},{"v":2}]}},"a/b":{"m~n":3}}"#;
+        assert_eq!(at(body, "/data/object/id"), Some(Field::Text("obj".into())));
+        assert_eq!(at(body, "/data/object/list/1/v"), Some(Field::Number("2")));
+        assert_eq!(at(body, "/data/object/list/2/v"), None);
+        assert_eq!(at(body, "/data/object/list/01/v"), None);
+        assert_eq!(at(body, "/a~1b/m~0n"), Some(Field::Number("3")));
+        assert_eq!(at(body, "/data/object/id/deeper"), None);
+        assert_eq!(at(body, "").unwrap(), Field::Other);
+    }
+
+    #[test]
+    fn the_last_of_a_repeated_key_counts_and_bad_json_is_refused() {
+        assert_eq!(
+            at(r#"{"id":"first","id":"second"}"#, "/id"),
+            Some(Field::Text("second".into()))
+        );
+        assert_eq!(field(b"{\"id\":1", "/id"), Err(NotJson));
+        assert_eq!(field(b"token=x&id=1", "/id"), Err(NotJson));
+        assert_eq!(field(b"{\"id\":1} trailing", "/id"), Err(NotJson));
+    }
+}
