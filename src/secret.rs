@@ -102,7 +102,7 @@ fn non_empty(secret: Secret, what: &str) -> Result<Secret, String> {
 mod tests {
     use super::*;
 
-    /// Fails to hold if someone derives `PartialEq` again: an inherent constant of
+    /// Fails to compile if someone derives `PartialEq` again: an inherent constant of
     /// `Probe<T>` exists only when `T: PartialEq`, and wins over the trait's default.
     #[test]
     fn secrets_have_no_equality() {
@@ -115,8 +115,9 @@ mod tests {
         impl<T: PartialEq> Probe<T> {
             const COMPARABLE: bool = true;
         }
-        assert!(Probe::<Vec<u8>>::COMPARABLE, "the probe detects PartialEq");
-        assert!(!Probe::<Secret>::COMPARABLE, "Secret must not be PartialEq");
+        // Checked when the tests compile: deriving PartialEq breaks the build.
+        const _: () = assert!(Probe::<Vec<u8>>::COMPARABLE, "the probe detects PartialEq");
+        const _: () = assert!(!Probe::<Secret>::COMPARABLE, "Secret must not be PartialEq");
     }
 
     #[test]

@@ -47,22 +47,30 @@ pub async fn run(argv: &[String], timeout: Duration, a: &Attempt<'_>) -> Result_
         .env_clear()
         .env("PATH", PATH)
         .env("HOOKINBOX_IDEMPOTENCY_KEY", a.idempotency_key)
-        .env("HOOKINBOX_EVENT_ID", a.event_id)
+        .env("HOOKINBOX_EVENT_ID", env_text(a.event_id).as_ref())
         .env("HOOKINBOX_SOURCE", a.source)
         .env("HOOKINBOX_TARGET", a.target)
         .env("HOOKINBOX_ATTEMPT", a.attempt.to_string())
         .env("HOOKINBOX_RECEIVED_AT", a.received_at)
-        .env("HOOKINBOX_HEADERS", a.headers_json)
+        .env(
+            "HOOKINBOX_HEADERS",
+            serde_json::to_string(a.headers).expect("strings always serialise"),
+        )
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    if let Some(addr) = a.remote_addr {
+        cmd.env("HOOKINBOX_REMOTE_ADDR", env_text(addr).as_ref());
+    }
     if let Some(t) = a.event_type {
-        cmd.env("HOOKINBOX_EVENT_TYPE", t);
+        cmd.env("HOOKINBOX_EVENT_TYPE", env_text(t).as_ref());
     }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
+        // Every variable is escaped above, so what fails here is the program itself: missing,
+        // not executable, or the system out of processes.
         Err(e) => return Result_::failed(format!("cannot start {:?}: {e}", argv[0])),
     };
     let mut group = Group(child.id().and_then(|id| i32::try_from(id).ok()));
@@ -141,6 +149,14 @@ pub async fn run(argv: &[String], timeout: Duration, a: &Attempt<'_>) -> Result_
     }
 }
 
+/// Provider text on its way into the environment, with control characters written out
+/// (`\x00`): an environment cannot hold a NUL byte at all, so one in an event type would
+/// make every attempt fail to start. Receiving already stores such fields escaped
+/// (`scheme::informational`); this also covers inboxes written before it did.
+fn env_text(s: &str) -> std::borrow::Cow<'_, str> {
+    crate::terminal::escape(s)
+}
+
 /// Reads everything (so the child never blocks on a full pipe) and keeps the first
 /// [`OUTPUT_LIMIT`] bytes.
 async fn read_bounded(mut r: impl AsyncRead + Unpin) -> String {
@@ -162,4 +178,31 @@ async fn read_bounded(mut r: impl AsyncRead + Unpin) -> String {
         text.push_str("…(truncated)");
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An inbox written before receiving escaped event types can hold a NUL in one: the
+    /// command still starts, and sees the NUL written out.
+    #[tokio::test]
+    async fn a_nul_in_provider_text_never_stops_the_command_from_starting() {
+        let a = Attempt {
+            source: "sw",
+            target: "app",
+            event_id: "evt_1",
+            event_type: Some("invoice.paid\0"),
+            received_at: "2026-12-01T00:00:00.000Z",
+            idempotency_key: "hk_0",
+            attempt: 1,
+            body: b"{}",
+            headers: &[],
+            remote_addr: None,
+        };
+        let argv = ["/bin/sh", "-c", "printf %s \"$HOOKINBOX_EVENT_TYPE\""].map(String::from);
+        let r = run(&argv, Duration::from_secs(10), &a).await;
+        assert_eq!(r.verdict, Verdict::Delivered, "{r:?}");
+        assert_eq!(r.output.as_deref(), Some("stdout:\ninvoice.paid\\x00\n"));
+    }
 }

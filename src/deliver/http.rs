@@ -101,6 +101,9 @@ impl UrlTarget {
         put("x-hookinbox-event-id", a.event_id);
         put("x-hookinbox-source", a.source);
         put("x-hookinbox-attempt", &a.attempt.to_string());
+        if let Some(addr) = a.remote_addr {
+            put("x-forwarded-for", addr);
+        }
         if let Some(key) = &self.sign_key {
             // The app verifies hookinbox with any Standard Webhooks library; the message id
             // is the idempotency key, stable across attempts.

@@ -71,11 +71,25 @@ pub struct Attempt<'a> {
     pub idempotency_key: &'a str,
     pub attempt: u32,
     pub body: &'a [u8],
-    /// The stored provider headers.
+    /// The stored provider headers, without [`ADDRESS_HEADERS`].
     pub headers: &'a [(String, String)],
-    /// The same, as stored (JSON), for command targets.
-    pub headers_json: &'a str,
+    /// Who sent the event, as hookinbox believes it (`proxy::client`); unknown for events
+    /// stored before it was recorded.
+    pub remote_addr: Option<&'a str>,
 }
+
+/// Request headers that name a client address, protocol or host on the way in. The client
+/// writes them, so none of them is passed on: URL targets get `X-Forwarded-For` with the
+/// address hookinbox believes (the peer, or what a trusted proxy said), commands get it in
+/// `HOOKINBOX_REMOTE_ADDR`.
+pub const ADDRESS_HEADERS: [&str; 6] = [
+    "forwarded",
+    "x-forwarded-for",
+    "x-forwarded-host",
+    "x-forwarded-port",
+    "x-forwarded-proto",
+    "x-real-ip",
+];
 
 /// What the target said.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -619,7 +633,9 @@ async fn send(t: &TargetRun, c: &Claimed, event: &EventData) -> Result_ {
         };
     };
     let headers_json = event.headers.as_deref().unwrap_or("[]");
-    let headers: Vec<(String, String)> = serde_json::from_str(headers_json).unwrap_or_default();
+    let mut headers: Vec<(String, String)> = serde_json::from_str(headers_json).unwrap_or_default();
+    // Anyone can write these; the target hears the address hookinbox believes instead.
+    headers.retain(|(name, _)| !ADDRESS_HEADERS.iter().any(|h| h.eq_ignore_ascii_case(name)));
     let a = Attempt {
         source: &event.source,
         target: &t.name,
@@ -630,7 +646,7 @@ async fn send(t: &TargetRun, c: &Claimed, event: &EventData) -> Result_ {
         attempt: c.attempt,
         body,
         headers: &headers,
-        headers_json,
+        remote_addr: event.remote_addr.as_deref(),
     };
     match &t.sender {
         Sender::Url(target) => target.send(&a).await,

@@ -369,7 +369,7 @@ pub fn check_id(id: String) -> Result<String, Reject> {
 /// A string field at `pointer` of a JSON body, for event types; absent, not a string or not
 /// JSON is simply unknown.
 pub fn json_str(body: &[u8], pointer: &str) -> Option<String> {
-    json::text(body, pointer).map(|s| s.chars().take(200).collect())
+    json::text(body, pointer).map(|s| informational(&s))
 }
 
 /// An optional header as text, for informational fields such as the event type.
@@ -377,7 +377,19 @@ pub fn optional_header(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
         .get(name)
         .and_then(|v| v.to_str().ok())
-        .map(|s| s.chars().take(200).collect())
+        .map(informational)
+}
+
+/// The longest informational field (an event type) kept, in characters.
+pub const MAX_INFO_CHARS: usize = 200;
+
+/// Provider text kept beside the event rather than in its signed bytes (the event type):
+/// shortened, and with control and invisible characters written out as `\x00`-style text.
+/// It reaches logs, terminals and a command's environment, where a NUL byte cannot go at
+/// all; the exact bytes stay in the body.
+pub fn informational(s: &str) -> String {
+    let short: String = s.chars().take(MAX_INFO_CHARS).collect();
+    crate::terminal::escape(&short).into_owned()
 }
 
 /// Builds a header map for the schemes' unit tests.

@@ -299,6 +299,8 @@ pub struct EventData {
     pub headers: Option<String>,
     pub event_type: Option<String>,
     pub received_at: String,
+    /// Who sent it, as `proxy::client` decided.
+    pub remote_addr: Option<String>,
 }
 
 /// The events with these row ids, by id (a missing id is not in the map).
@@ -311,7 +313,8 @@ pub fn events(
     }
     let marks = vec!["?"; ids.len()].join(", ");
     let sql = format!(
-        "SELECT id, source, event_id, body, headers, event_type, received_at FROM events WHERE id IN ({marks})"
+        "SELECT id, source, event_id, body, headers, event_type, received_at, remote_addr
+           FROM events WHERE id IN ({marks})"
     );
     conn.prepare(&sql)?
         .query_map(rusqlite::params_from_iter(ids), |r| {
@@ -324,6 +327,7 @@ pub fn events(
                     headers: r.get(4)?,
                     event_type: r.get(5)?,
                     received_at: r.get(6)?,
+                    remote_addr: r.get(7)?,
                 },
             ))
         })?

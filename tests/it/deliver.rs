@@ -555,6 +555,50 @@ async fn command_targets_get_the_body_on_stdin_and_a_clean_environment() {
 }
 
 #[tokio::test]
+async fn an_event_type_holding_control_characters_is_still_delivered_to_a_command() {
+    let out = tempfile::tempdir().unwrap();
+    let config = format!(
+        r#"
+[[sources]]
+name = "sw"
+scheme = "standard-webhooks"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+[[sources.targets]]
+name = "ok"
+command = ["/bin/sh", "-c", "env > \"{}/$HOOKINBOX_EVENT_ID.env\"", "sh"]
+timeout = "5s"
+retry = ["100ms", "100ms"]
+"#,
+        out.path().display()
+    );
+    let server = TestServer::start(&config).await;
+    // JSON allows any character escaped; an environment cannot hold a NUL at all.
+    let body = br#"{"id":"msg_nul","type":"invoice.paid\u0000\nX-Injected: 1"}"#;
+    assert_eq!(
+        server
+            .post("sw", &server.sign("sw", "msg_nul", body))
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        wait_state(&server, "msg_nul", "ok", "delivered").await,
+        "delivered",
+        "{:?}",
+        attempts(&server, "msg_nul", "ok")
+    );
+    let env = std::fs::read_to_string(out.path().join("msg_nul.env")).unwrap();
+    assert!(
+        env.lines()
+            .any(|l| l == r"HOOKINBOX_EVENT_TYPE=invoice.paid\x00\nX-Injected: 1"),
+        "the type arrives with its control characters written out: {env}"
+    );
+    // The stored body keeps the exact bytes; only the derived type is escaped.
+    assert_eq!(server.stored_body("sw", "msg_nul").unwrap(), body);
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn versions_sent_as_digit_strings_compare_as_numbers() {
     let sink = Sink::start(|_, _| Reply::Status(200)).await;
     let config = to_url(&sink.url(), "").replace(

@@ -124,13 +124,68 @@ fn remote_addr(server: &TestServer, id: &str) -> String {
 
 #[tokio::test]
 async fn x_forwarded_for_is_believed_only_from_a_configured_proxy() {
+    let sink = crate::sink::Sink::start(|_, _| crate::sink::Reply::Status(200)).await;
+    let out = tempfile::tempdir().unwrap();
+    let sources = format!(
+        "{}\n[[sources.targets]]\nname = \"script\"\ncommand = [\"/bin/sh\", \"-c\", \"env > {}/$HOOKINBOX_EVENT_ID.env\"]\n",
+        forwarding(&sink.url(), ""),
+        out.path().display()
+    );
     let trusting = SERVER.replace("max_body", "trusted_proxies = [\"127.0.0.1/32\"]\nmax_body");
-    for (settings, want) in [(trusting.as_str(), "203.0.113.7"), (SERVER, "127.0.0.1")] {
-        let server = TestServer::start_with(settings, ONE_SOURCE).await;
-        let mut req = server.sign("sw", "msg_xff", &event_body("msg_xff", ""));
-        req.set("x-forwarded-for", "203.0.113.7");
+    for (settings, want, id) in [
+        (trusting.as_str(), "203.0.113.7", "msg_xff_proxy"),
+        (SERVER, "127.0.0.1", "msg_xff_direct"),
+    ] {
+        let server = TestServer::start_with(settings, &sources).await;
+        let mut req = server.sign("sw", id, &event_body(id, ""));
+        // A client writing its own chain: a proxy would append the address it saw.
+        req.set("x-forwarded-for", "198.51.100.1, 203.0.113.7");
+        req.set("forwarded", "for=198.51.100.1");
+        req.set("x-real-ip", "198.51.100.1");
         assert_eq!(server.post("sw", &req).await.0, 200);
-        assert_eq!(remote_addr(&server, "msg_xff"), want);
+        assert_eq!(remote_addr(&server, id), want);
+
+        // Targets hear the address hookinbox believes, never the client's own headers.
+        let deadline = std::time::Instant::now() + PATIENCE;
+        let got = loop {
+            if let Some(r) = sink
+                .received()
+                .into_iter()
+                .find(|r| r.header("x-hookinbox-event-id") == id)
+            {
+                break r;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the sink never got {id}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let xff: Vec<_> = got.headers.get_all("x-forwarded-for").iter().collect();
+        assert_eq!(xff, [want], "{id}");
+        assert!(got.headers.get("forwarded").is_none() && got.headers.get("x-real-ip").is_none());
+        let env_file = out.path().join(format!("{id}.env"));
+        let env = loop {
+            if let Ok(env) = std::fs::read_to_string(&env_file)
+                && env.contains("HOOKINBOX_RECEIVED_AT")
+            {
+                break env;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the command never ran for {id}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert!(
+            env.contains(&format!("HOOKINBOX_REMOTE_ADDR={want}\n")),
+            "{env}"
+        );
+        let headers = env
+            .lines()
+            .find(|l| l.starts_with("HOOKINBOX_HEADERS="))
+            .unwrap();
+        assert!(!headers.contains("198.51.100.1"), "{headers}");
         server.stop().await;
     }
 }
