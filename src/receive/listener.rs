@@ -14,6 +14,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
+use hyper::header::{CONNECTION, CONTENT_TYPE, HOST, TRANSFER_ENCODING};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
@@ -88,9 +89,15 @@ where
         stream.set_write_timeout(Some(limits.header_timeout));
         let stream = Box::pin(stream);
         let handler = handler.clone();
-        let service = service_fn(move |req| {
+        let service = service_fn(move |req: Request<Incoming>| {
             let handler = handler.clone();
-            async move { Ok::<_, Infallible>(handler.handle(req, peer).await) }
+            async move {
+                if let Some(refusal) = malformed(&req) {
+                    tracing::debug!(%peer, status = refusal.status().as_u16(), "malformed request refused");
+                    return Ok::<_, Infallible>(refusal);
+                }
+                Ok(handler.handle(req, peer).await)
+            }
         });
         let (watcher, builder, tls) = (graceful.watcher(), builder.clone(), limits.tls.clone());
         let handshake_timeout = limits.header_timeout;
@@ -131,6 +138,64 @@ where
     {
         tracing::warn!("connections still open after {DRAIN_TIMEOUT:?}; closing them");
     }
+}
+
+/// What RFC 9112 says a server must refuse, where hyper lets it through. `None` for a
+/// request that may go on to the handler.
+///
+/// - An HTTP/1.1 request without `Host`, any request with two, or a `Host` that is not an
+///   authority: 400 (§3.2).
+/// - A transfer coding other than `chunked`: 501 (§6.1; hyper decodes the chunks and
+///   would silently hand us still-encoded bytes). A coding list where `chunked` is not last
+///   hyper already refuses with 400.
+///
+/// Each refusal closes the connection: the body was not read.
+fn malformed<B>(req: &Request<B>) -> Option<Response<Full<Bytes>>> {
+    use hyper::http::{StatusCode, Version, uri::Authority};
+    let refuse = |status: StatusCode, why: &'static str| {
+        Some(
+            Response::builder()
+                .status(status)
+                .header(CONTENT_TYPE, "text/plain; charset=utf-8")
+                .header(CONNECTION, "close")
+                .body(Full::new(Bytes::from_static(why.as_bytes())))
+                .expect("static header values are valid"),
+        )
+    };
+    let mut hosts = req.headers().get_all(HOST).iter();
+    match (hosts.next(), hosts.next()) {
+        (None, _) if req.version() == Version::HTTP_11 => {
+            return refuse(StatusCode::BAD_REQUEST, "bad request: no Host header\n");
+        }
+        (Some(_), Some(_)) => {
+            return refuse(StatusCode::BAD_REQUEST, "bad request: two Host headers\n");
+        }
+        (Some(host), None) if !host.is_empty() && Authority::try_from(host.as_bytes()).is_err() => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                "bad request: malformed Host header\n",
+            );
+        }
+        _ => {}
+    }
+    let codings = req.headers().get_all(TRANSFER_ENCODING);
+    if codings.iter().next().is_some() {
+        let only_chunked = codings.iter().all(|v| {
+            v.to_str().is_ok_and(|v| {
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|c| !c.is_empty())
+                    .all(|c| c.eq_ignore_ascii_case("chunked"))
+            })
+        });
+        if !only_chunked {
+            return refuse(
+                StatusCode::NOT_IMPLEMENTED,
+                "not implemented: only the chunked transfer coding is understood\n",
+            );
+        }
+    }
+    None
 }
 
 /// Something that answers a request. Implemented by the public receiver and the admin API.

@@ -163,3 +163,63 @@ async fn a_client_that_never_reads_its_answers_is_disconnected() {
     );
     server.stop().await;
 }
+
+#[tokio::test]
+async fn requests_that_rfc_9112_refuses_are_refused_on_both_listeners() {
+    let server = TestServer::start(SOURCES).await;
+    let body = event_body("msg_rfc", "");
+    let signed = head(
+        &server,
+        "msg_rfc",
+        &body,
+        &format!("Content-Length: {}", body.len()),
+    );
+    let without_host = signed.replace("Host: test\r\n", "");
+    let two_hosts = signed.replace("Host: test\r\n", "Host: test\r\nHost: other\r\n");
+    let bad_host = signed.replace("Host: test\r\n", "Host: a b\r\n");
+    let chunked = format!(
+        "{:x}\r\n{}\r\n0\r\n\r\n",
+        body.len(),
+        String::from_utf8_lossy(&body)
+    );
+    let gzip_chunked = head(
+        &server,
+        "msg_rfc",
+        &body,
+        "Transfer-Encoding: gzip, chunked",
+    );
+    let body = String::from_utf8(body).unwrap();
+    for (request, want) in [
+        (format!("{without_host}{body}"), "HTTP/1.1 400"),
+        (format!("{two_hosts}{body}"), "HTTP/1.1 400"),
+        (format!("{bad_host}{body}"), "HTTP/1.1 400"),
+        (format!("{gzip_chunked}{chunked}"), "HTTP/1.1 501"),
+    ] {
+        let mut s = TcpStream::connect(server.public_addr()).await.unwrap();
+        s.write_all(request.as_bytes()).await.unwrap();
+        // read_to_close also proves the connection is closed after the refusal.
+        let answer = read_to_close(&mut s).await;
+        assert!(answer.starts_with(want), "{want} for {request:?}: {answer}");
+    }
+    assert_eq!(server.count("SELECT count(*) FROM events"), 0);
+    // The same signed request, well-formed, is accepted: the refusals were the framing's.
+    let mut s = TcpStream::connect(server.public_addr()).await.unwrap();
+    s.write_all(
+        format!(
+            "{}{body}",
+            signed.replace("\r\n\r\n", "\r\nConnection: close\r\n\r\n")
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let answer = read_to_close(&mut s).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+
+    let admin = server.admin.trim_start_matches("http://").to_owned();
+    let mut s = TcpStream::connect(&admin).await.unwrap();
+    s.write_all(b"GET /readyz HTTP/1.1\r\n\r\n").await.unwrap();
+    let answer = read_to_close(&mut s).await;
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    server.stop().await;
+}
