@@ -3,7 +3,8 @@
 //!
 //! Start-up order matters for the promise: the inbox is opened and migrated first (a bad
 //! path fails before any port is bound), then both listeners are bound, then the writer is
-//! pinged, and only then is the service ready. Shutdown runs in reverse: stop accepting,
+//! pinged, and only then is the service ready. Before all of it, the inbox's lock
+//! (`store::lock`): one serve per inbox. Shutdown runs in reverse: stop accepting,
 //! let in-flight requests finish (each is answered 2xx only after its commit, or 503), then
 //! let the writer commit what was queued and close the inbox.
 
@@ -183,6 +184,8 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("creating the inbox directory {}", dir.display()))?;
     }
+    // Before the inbox is opened: a second serve must not even migrate it.
+    let inbox_lock = store::lock::InboxLock::acquire(&store_path)?;
     let (writer, writer_thread) = Writer::start(
         store_path.clone(),
         config.store.synchronous,
@@ -299,6 +302,8 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
                 "stopped without waiting longer for the writer; every acknowledged event is already committed"
             ),
         }
+        // Only now may another serve open the inbox.
+        drop(inbox_lock);
     });
     tracing::info!(public = %public_addr, admin = %admin_addr, inbox = %store_path.display(), sources, "listening");
     Ok(Running {

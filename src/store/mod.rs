@@ -3,9 +3,11 @@
 //! Invariant: every write goes through the one [`writer::Writer`] thread, and a caller hears
 //! "stored" only after the transaction that holds its event committed (with
 //! `synchronous=FULL`, after the WAL was fsynced). Readers use a small pool of read-only
-//! connections ([`read`]) and never block the writer (WAL).
+//! connections ([`read`]) and never block the writer (WAL). One `serve` holds an inbox at a
+//! time ([`lock`]).
 
 pub mod ingest;
+pub mod lock;
 pub mod queue;
 pub mod read;
 pub mod retention;

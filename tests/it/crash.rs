@@ -301,3 +301,24 @@ async fn sighup_reloads_secrets_keeps_requests_in_flight_and_refuses_a_broken_fi
     }
     assert!(proc.sigterm().success());
 }
+
+#[test]
+fn a_second_serve_on_one_inbox_exits_naming_it_and_a_sigkilled_one_leaves_no_stale_lock() {
+    let d = deploy(ONE_SOURCE);
+    let first = Proc::spawn(&d.config);
+    let (code, _, err) = hookinbox(&["serve", "--config", d.config.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&d.db.display().to_string())
+            && err.contains(&format!("PID {}", first.pid()))
+            && err.contains("already served"),
+        "{err}"
+    );
+    // Readers are welcome while it serves.
+    let (code, _, err) = hookinbox(&["events", "--config", d.config.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    first.sigkill();
+    // The kernel released the lock with the process: the next serve starts at once.
+    let second = Proc::spawn(&d.config);
+    assert!(second.sigterm().success());
+}

@@ -77,6 +77,10 @@ impl Proc {
         }
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Sends a signal by name (HUP, TERM, …).
     pub fn signal(&self, name: &str) {
         let status = Command::new("kill")
