@@ -147,8 +147,8 @@ journal_since() { in_ct journalctl -q -u hookinbox --no-pager --after-cursor="$1
 waitfor() {
     local limit=$(($1 * 10))
     shift
-    local i
-    for i in $(seq 1 "$limit"); do
+    local _
+    for _ in $(seq 1 "$limit"); do
         if "$@"; then return 0; fi
         sleep 0.1
     done

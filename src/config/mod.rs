@@ -1,0 +1,446 @@
+//! The configuration file: TOML parsed strictly (an unknown key is an error), then validated
+//! into a [`Config`] whose secrets are loaded and whose schemes are ready to verify.
+//!
+//! Two phases, as in ripgrep's low/high-level arguments: `Raw*` types mirror the file
+//! exactly; [`Config`] is what the rest of the program uses. Every error names the file and
+//! the key, and never a secret's value.
+//!
+//! - this module: the validated types, their limits and defaults, loading;
+//! - `raw`: the serde mirror of the file, durations and sizes;
+//! - `validate`: raw → [`Config`], secrets loaded, schemes prepared;
+//! - `warnings`: what works but an operator should hear about.
+
+mod raw;
+mod validate;
+mod warnings;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hyper::http::StatusCode;
+use serde::Deserialize;
+
+use crate::scheme::Scheme;
+use crate::secret::{Origin, Secret};
+
+use raw::RawConfig;
+pub use raw::{parse_duration, parse_size};
+
+/// Where `--config` points when it is not given: the packaged location, else the current
+/// directory.
+pub const SYSTEM_PATH: &str = "/etc/hookinbox/hookinbox.toml";
+pub const LOCAL_PATH: &str = "hookinbox.toml";
+
+/// Largest body accepted by default. GitHub caps payloads at 25 MB, but nearly every
+/// provider sends well under 1 MiB; an operator with large payloads raises it.
+pub const DEFAULT_MAX_BODY: u64 = 1024 * 1024;
+/// Hard ceiling on `max_body`: a body is held in memory while it is verified and committed.
+pub const MAX_MAX_BODY: u64 = 64 * 1024 * 1024;
+/// How long a client may take to send its request head; also the keep-alive idle timeout
+/// (hyper restarts this timer while waiting for the next request on a connection).
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client may take to send its body once the head arrived.
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Concurrent connections on the public listener; more wait in the kernel's accept queue.
+/// Sized for a small VM: each connection costs a task, a buffer, and at most one body.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// Upper bound on the server's timeouts: beyond an hour a setting is a mistake, and huge
+/// values would overflow the timers.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+/// Upper bound on `max_connections`: far beyond what a small VM's file descriptors allow.
+pub const MAX_MAX_CONNECTIONS: usize = 65_536;
+/// Bounds on a source's replay window. Zero would refuse everything but a perfect clock; a
+/// week is already far wider than any provider's retry needs.
+pub const MIN_TOLERANCE: Duration = Duration::from_secs(1);
+pub const MAX_TOLERANCE: Duration = Duration::from_secs(7 * 86_400);
+/// Bodies and headers of finished events are dropped after this long (DESIGN §4).
+pub const DEFAULT_KEEP_PAYLOAD: Duration = Duration::from_secs(30 * 86_400);
+/// The compact identity row stays this long, so that a late redelivery is still a duplicate.
+pub const DEFAULT_KEEP_IDENTITY: Duration = Duration::from_secs(400 * 86_400);
+/// The status answered to a same-id, different-bytes delivery.
+pub const DEFAULT_ON_CONFLICT: u16 = 409;
+/// Per-target delivery defaults (DESIGN §6); used by the delivery worker.
+pub const DEFAULT_TARGET_TIMEOUT: Duration = Duration::from_secs(15);
+pub const DEFAULT_TARGET_CONCURRENCY: usize = 4;
+pub const DEFAULT_RETRY: [Duration; 7] = [
+    Duration::from_secs(5),
+    Duration::from_secs(5 * 60),
+    Duration::from_secs(30 * 60),
+    Duration::from_secs(2 * 3600),
+    Duration::from_secs(5 * 3600),
+    Duration::from_secs(10 * 3600),
+    Duration::from_secs(10 * 3600),
+];
+
+/// The validated configuration.
+#[derive(Debug)]
+pub struct Config {
+    /// The file it was read from, for messages.
+    pub path: PathBuf,
+    pub server: Server,
+    pub admin: Admin,
+    pub store: Store,
+    pub sources: Vec<Source>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Server {
+    /// The public webhook listener.
+    pub listen: SocketAddr,
+    /// Largest accepted body in bytes; larger is answered 413 without reading past it.
+    pub max_body: u64,
+    pub header_timeout: Duration,
+    pub body_timeout: Duration,
+    pub max_connections: usize,
+    /// Peers whose `X-Forwarded-For` is believed; empty means nobody's.
+    pub trusted_proxies: Vec<crate::proxy::Cidr>,
+    /// HTTPS on the public listener; reloaded on SIGHUP.
+    pub tls: Option<Tls>,
+}
+
+/// PEM files for the public listener's TLS.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tls {
+    /// The certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// Its private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+}
+
+impl Server {
+    /// The settings a reload cannot change (TLS files and trusted proxies it can).
+    pub fn fixed(&self) -> (SocketAddr, u64, Duration, Duration, usize, bool) {
+        (
+            self.listen,
+            self.max_body,
+            self.header_timeout,
+            self.body_timeout,
+            self.max_connections,
+            self.tls.is_some(),
+        )
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admin {
+    /// `/metrics`, `/healthz`, `/readyz`. Local by default; never meant to be public.
+    pub listen: SocketAddr,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Store {
+    pub path: PathBuf,
+    pub synchronous: Synchronous,
+}
+
+/// SQLite's `synchronous` in WAL mode: FULL fsyncs the WAL on every commit, so an
+/// acknowledged event survives power loss; NORMAL survives only a process crash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Synchronous {
+    Full,
+    Normal,
+}
+
+#[derive(Debug)]
+pub struct Source {
+    /// Served at `POST /hooks/<name>`.
+    pub name: String,
+    pub scheme: Scheme,
+    /// Scope inside the identity, for one source serving several provider accounts.
+    pub account: String,
+    pub on_conflict: StatusCode,
+    pub keep_payload: Duration,
+    pub keep_identity: Duration,
+    pub targets: Vec<Target>,
+    pub order: Option<Order>,
+    /// Where each secret came from, for `check`'s warnings.
+    pub secret_origins: Vec<Origin>,
+}
+
+#[derive(Debug)]
+pub struct Target {
+    pub name: String,
+    pub kind: TargetKind,
+    /// The whole attempt: connect, send, answer (or the command's run time).
+    pub timeout: Duration,
+    /// Waits between attempts; one attempt more than entries, then `dead`.
+    pub retry: Vec<Duration>,
+    /// Attempts in flight at once for this target.
+    pub concurrency: usize,
+    /// How long a claimed delivery stays claimed; after that the sweeper returns it to the
+    /// queue (a crash mid-attempt). Always longer than `timeout`.
+    pub lease: Duration,
+    /// When set, forwarded requests carry a Standard Webhooks signature made with it.
+    pub sign_secret: Option<Secret>,
+}
+
+/// How much longer than the attempt timeout a lease lasts by default: time to record the
+/// result after the attempt ended.
+/// The longest wait between two attempts.
+pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(7 * 86_400);
+/// The most attempts in flight for one target.
+pub const MAX_CONCURRENCY: usize = 256;
+
+pub const LEASE_MARGIN: Duration = Duration::from_secs(30);
+/// The least a lease may exceed the timeout: an attempt ends within its timeout plus half a
+/// second for its output, and its result then queues in the writer's FIFO ahead of any sweep
+/// that could hand the delivery to a second attempt.
+pub const MIN_LEASE_MARGIN: Duration = Duration::from_secs(5);
+
+/// Per-source ordering: events with the same key are delivered one at a time, in version
+/// order; an event not newer than the last delivered version of its key is superseded.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Order {
+    /// JSON pointer to the key, e.g. `/data/object/id`.
+    pub key: String,
+    /// JSON pointer to the version, a number or a string that sorts, e.g. `/created`.
+    pub version: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TargetKind {
+    Url(String),
+    /// argv; run without a shell.
+    Command(Vec<String>),
+}
+
+/// The path `--config` means when it is not given.
+pub fn default_path() -> PathBuf {
+    if Path::new(SYSTEM_PATH).exists() {
+        PathBuf::from(SYSTEM_PATH)
+    } else {
+        PathBuf::from(LOCAL_PATH)
+    }
+}
+
+/// Reads, parses and validates the configuration at `path`, loading every secret.
+pub fn load(path: &Path) -> anyhow::Result<Config> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot read config file {}: {e} (pass --config FILE; examples/quickstart.toml is a start)",
+            path.display()
+        )
+    })?;
+    let credentials = std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from);
+    from_str(&text, path, credentials.as_deref())
+}
+
+/// What the operator commands need from the config (the inbox and the retention windows),
+/// read without loading any secret: `events`, `replay` or `prune` work in a shell where
+/// `env:` or `credential:` secrets are not available.
+#[derive(Debug, Clone)]
+pub struct Offline {
+    pub path: PathBuf,
+    pub store: Store,
+    /// (source, keep_payload, keep_identity), as configured.
+    pub retention: Vec<(String, Duration, Duration)>,
+}
+
+/// Reads the config for the operator commands: the same parsing, no secrets.
+pub fn load_offline(path: &Path) -> anyhow::Result<Offline> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot read config file {}: {e} (pass --config FILE, or --db FILE for the inbox alone)",
+            path.display()
+        )
+    })?;
+    let raw: RawConfig = toml::from_str(&text)
+        .map_err(|e| anyhow::anyhow!("config file {}: {e}", path.display()))?;
+    if raw.store.path.as_os_str().is_empty() {
+        anyhow::bail!("config file {}: store.path is empty", path.display());
+    }
+    let base = path.parent().unwrap_or(Path::new("."));
+    Ok(Offline {
+        path: path.to_owned(),
+        store: Store {
+            path: base.join(&raw.store.path),
+            synchronous: raw.store.synchronous,
+        },
+        retention: raw
+            .sources
+            .into_iter()
+            .map(|s| (s.name, s.keep_payload, s.keep_identity))
+            .collect(),
+    })
+}
+
+/// Parses and validates configuration text; `path` is used in messages and to resolve a
+/// relative store path.
+pub fn from_str(text: &str, path: &Path, credentials: Option<&Path>) -> anyhow::Result<Config> {
+    let raw: RawConfig =
+        toml::from_str(text).map_err(|e| anyhow::anyhow!("config file {}: {e}", path.display()))?;
+    validate::validate(raw, path, credentials)
+        .map_err(|e| anyhow::anyhow!("config file {}: {e}", path.display()))
+}
+
+impl Config {
+    pub fn source(&self, name: &str) -> Option<&Source> {
+        self.sources.iter().find(|s| s.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+[store]
+path = "inbox.db"
+
+[[sources]]
+name = "demo"
+scheme = "standard-webhooks"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+
+[[sources.targets]]
+name = "app"
+url = "http://127.0.0.1:3000/hooks"
+"#;
+
+    fn load(text: &str) -> anyhow::Result<Config> {
+        from_str(text, Path::new("/etc/hookinbox/test.toml"), None)
+    }
+
+    fn err(text: &str) -> String {
+        format!("{:#}", load(text).unwrap_err())
+    }
+
+    #[test]
+    fn minimal_config_gets_defaults() {
+        let c = load(MINIMAL).unwrap();
+        assert_eq!(c.server.max_body, DEFAULT_MAX_BODY);
+        assert_eq!(c.store.path, Path::new("/etc/hookinbox/inbox.db"));
+        assert_eq!(c.store.synchronous, Synchronous::Full);
+        let s = &c.sources[0];
+        assert_eq!(s.on_conflict, StatusCode::CONFLICT);
+        assert_eq!(s.scheme.tolerance(), Duration::from_secs(300));
+        assert_eq!(s.targets[0].retry, DEFAULT_RETRY.to_vec());
+        assert_eq!(c.warnings().len(), 1, "the literal secret is warned about");
+    }
+
+    #[test]
+    fn unknown_key_is_named_with_the_file() {
+        let e = err(&MINIMAL.replace("scheme =", "shceme = \"x\"\nscheme ="));
+        assert!(
+            e.contains("/etc/hookinbox/test.toml") && e.contains("shceme"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn bad_duration_is_named() {
+        let e = err(&MINIMAL.replace(
+            "[[sources.targets]]",
+            "keep_payload = \"30 fortnights\"\n[[sources.targets]]",
+        ));
+        assert!(
+            e.contains("keep_payload") || e.contains("30 fortnights"),
+            "{e}"
+        );
+        assert!(e.contains("bad duration"), "{e}");
+    }
+
+    #[test]
+    fn missing_secret_names_key_and_variable() {
+        let e = err(&MINIMAL.replace(
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            "env:HOOKINBOX_TEST_NOPE",
+        ));
+        assert!(
+            e.contains("sources[0]")
+                && e.contains("secrets[0]")
+                && e.contains("HOOKINBOX_TEST_NOPE"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("1MiB"), Ok(1 << 20));
+        assert_eq!(parse_size("512 KiB"), Ok(512 << 10));
+        assert_eq!(parse_size("1000"), Ok(1000));
+        assert!(parse_size("1 parsec").is_err());
+        assert!(parse_size("99999999999999999999GiB").is_err());
+    }
+
+    #[test]
+    fn hmac_needs_an_id_rule_and_a_body_placeholder() {
+        let base = MINIMAL.replace("standard-webhooks", "hmac").replace(
+            "[[sources.targets]]",
+            "hmac = { header = \"X-Sig\" }\n[[sources.targets]]",
+        );
+        assert!(
+            err(&base).contains("id_header or id_pointer"),
+            "{}",
+            err(&base)
+        );
+        let with_id = base.replace(
+            "scheme = \"hmac\"",
+            "scheme = \"hmac\"\nid_header = \"X-Id\"",
+        );
+        load(&with_id).unwrap();
+        let no_body = with_id.replace("header = \"X-Sig\"", "header = \"X-Sig\", signed = \"x\"");
+        assert!(err(&no_body).contains("{body}"), "{}", err(&no_body));
+    }
+
+    #[test]
+    fn replay_windows_cannot_be_switched_off_or_unsigned() {
+        let e = err(&MINIMAL.replace(
+            "[[sources.targets]]",
+            "tolerance = \"0s\"\n[[sources.targets]]",
+        ));
+        assert!(e.contains("tolerance must be between"), "{e}");
+        let e = err(&MINIMAL.replace(
+            "[[sources.targets]]",
+            "id_header = \"X-Id\"\n[[sources.targets]]",
+        ));
+        assert!(e.contains("signs its own event id"), "{e}");
+        let hmac = MINIMAL.replace("standard-webhooks", "hmac").replace(
+            "[[sources.targets]]",
+            "id_header = \"X-Id\"\nhmac = { header = \"X-Sig\", timestamp_header = \"X-Ts\" }\n[[sources.targets]]",
+        );
+        assert!(
+            err(&hmac).contains("does not include {timestamp}"),
+            "{}",
+            err(&hmac)
+        );
+        let comma = hmac.replace("timestamp_header = \"X-Ts\"", "prefix = \"a,b\"");
+        assert!(
+            err(&comma).contains("prefix cannot contain"),
+            "{}",
+            err(&comma)
+        );
+    }
+
+    #[test]
+    fn a_lease_must_leave_time_to_record_the_result() {
+        let e = err(&MINIMAL.replace(
+            "url = \"http://127.0.0.1:3000/hooks\"",
+            "url = \"http://127.0.0.1:3000/hooks\"\ntimeout = \"30s\"\nlease = \"31s\"",
+        ));
+        assert!(e.contains("lease must exceed timeout"), "{e}");
+        let e = err(&MINIMAL.replace("url = \"http://127.0.0.1:3000/hooks\"", "url = \"ftp://x\""));
+        assert!(e.contains("must be http:// or https://"), "{e}");
+    }
+
+    #[test]
+    fn server_limits_are_bounded() {
+        let with = |line: &str| format!("[server]\n{line}\n{MINIMAL}");
+        assert!(err(&with("header_timeout = \"1000000h\"")).contains("at most 1h"));
+        assert!(err(&with("max_connections = 0")).contains("max_connections"));
+        assert!(
+            err(&MINIMAL.replace("path = \"inbox.db\"", "path = \"\""))
+                .contains("store.path is empty")
+        );
+    }
+
+    #[test]
+    fn target_needs_exactly_one_kind() {
+        let e = err(&MINIMAL.replace("url = ", "command = [\"/bin/true\"]\nurl = "));
+        assert!(e.contains("exactly one of url or command"), "{e}");
+    }
+}

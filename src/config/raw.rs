@@ -1,0 +1,222 @@
+//! The configuration file exactly as written: serde types that mirror the TOML (an unknown
+//! key is an error), their defaults, and the parsers for human durations and sizes.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+use super::*;
+use crate::scheme;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    #[serde(default)]
+    pub(super) server: RawServer,
+    #[serde(default)]
+    pub(super) admin: RawAdmin,
+    pub(super) store: RawStore,
+    #[serde(default)]
+    pub(super) sources: Vec<RawSource>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawServer {
+    #[serde(default = "default_listen")]
+    pub(super) listen: SocketAddr,
+    #[serde(default = "default_max_body", deserialize_with = "de_size")]
+    pub(super) max_body: u64,
+    #[serde(default = "default_header_timeout", deserialize_with = "de_duration")]
+    pub(super) header_timeout: Duration,
+    #[serde(default = "default_body_timeout", deserialize_with = "de_duration")]
+    pub(super) body_timeout: Duration,
+    #[serde(default = "default_max_connections")]
+    pub(super) max_connections: usize,
+    #[serde(default)]
+    pub(super) trusted_proxies: Vec<String>,
+    #[serde(default)]
+    pub(super) tls: Option<Tls>,
+}
+
+impl Default for RawServer {
+    fn default() -> Self {
+        RawServer {
+            listen: default_listen(),
+            max_body: DEFAULT_MAX_BODY,
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
+            body_timeout: DEFAULT_BODY_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            trusted_proxies: Vec::new(),
+            tls: None,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAdmin {
+    #[serde(default = "default_admin_listen")]
+    pub(super) listen: SocketAddr,
+}
+
+impl Default for RawAdmin {
+    fn default() -> Self {
+        RawAdmin {
+            listen: default_admin_listen(),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawStore {
+    pub(super) path: PathBuf,
+    #[serde(default = "default_synchronous")]
+    pub(super) synchronous: Synchronous,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSource {
+    pub(super) name: String,
+    pub(super) scheme: String,
+    pub(super) secrets: Vec<String>,
+    #[serde(default)]
+    pub(super) account: String,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub(super) tolerance: Option<Duration>,
+    #[serde(default = "default_on_conflict")]
+    pub(super) on_conflict: u16,
+    #[serde(default = "default_keep_payload", deserialize_with = "de_duration")]
+    pub(super) keep_payload: Duration,
+    #[serde(default = "default_keep_identity", deserialize_with = "de_duration")]
+    pub(super) keep_identity: Duration,
+    /// Overrides the scheme's event id: a header name…
+    #[serde(default)]
+    pub(super) id_header: Option<String>,
+    /// …or a JSON pointer into the body.
+    #[serde(default)]
+    pub(super) id_pointer: Option<String>,
+    #[serde(default)]
+    pub(super) hmac: Option<scheme::hmac::Spec>,
+    #[serde(default)]
+    pub(super) order: Option<Order>,
+    #[serde(default)]
+    pub(super) targets: Vec<RawTarget>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTarget {
+    pub(super) name: String,
+    #[serde(default)]
+    pub(super) url: Option<String>,
+    #[serde(default)]
+    pub(super) command: Option<Vec<String>>,
+    #[serde(default = "default_target_timeout", deserialize_with = "de_duration")]
+    pub(super) timeout: Duration,
+    #[serde(default, deserialize_with = "de_opt_durations")]
+    pub(super) retry: Option<Vec<Duration>>,
+    #[serde(default = "default_target_concurrency")]
+    pub(super) concurrency: usize,
+    #[serde(default)]
+    pub(super) sign_secret: Option<String>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub(super) lease: Option<Duration>,
+}
+
+pub(super) fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 8080))
+}
+pub(super) fn default_admin_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 9180))
+}
+pub(super) fn default_max_body() -> u64 {
+    DEFAULT_MAX_BODY
+}
+pub(super) fn default_header_timeout() -> Duration {
+    DEFAULT_HEADER_TIMEOUT
+}
+pub(super) fn default_body_timeout() -> Duration {
+    DEFAULT_BODY_TIMEOUT
+}
+pub(super) fn default_max_connections() -> usize {
+    DEFAULT_MAX_CONNECTIONS
+}
+pub(super) fn default_synchronous() -> Synchronous {
+    Synchronous::Full
+}
+pub(super) fn default_on_conflict() -> u16 {
+    DEFAULT_ON_CONFLICT
+}
+pub(super) fn default_keep_payload() -> Duration {
+    DEFAULT_KEEP_PAYLOAD
+}
+pub(super) fn default_keep_identity() -> Duration {
+    DEFAULT_KEEP_IDENTITY
+}
+pub(super) fn default_target_timeout() -> Duration {
+    DEFAULT_TARGET_TIMEOUT
+}
+pub(super) fn default_target_concurrency() -> usize {
+    DEFAULT_TARGET_CONCURRENCY
+}
+
+pub(super) fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(d)?;
+    parse_duration(&text).map_err(serde::de::Error::custom)
+}
+
+pub(super) fn de_opt_duration<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Duration>, D::Error> {
+    de_duration(d).map(Some)
+}
+
+pub(super) fn de_opt_durations<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Vec<Duration>>, D::Error> {
+    let texts = Vec::<String>::deserialize(d)?;
+    texts
+        .iter()
+        .map(|t| parse_duration(t))
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
+        .map_err(serde::de::Error::custom)
+}
+
+pub(super) fn de_size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let text = String::deserialize(d)?;
+    parse_size(&text).map_err(serde::de::Error::custom)
+}
+
+/// A human duration: `"5m"`, `"30d"`, `"1h 30m"`, `"500ms"`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text.trim()).map_err(|e| {
+        format!("bad duration {text:?} ({e}); write a number and a unit, like \"30s\", \"5m\" or \"30d\"")
+    })
+}
+
+/// A human size: `"1MiB"`, `"512KiB"`, `"1000000"` (bytes), `"2 MB"`.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let bad =
+        || format!("bad size {text:?}; write a number and a unit, like \"1MiB\" or \"512KiB\"");
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    let mult: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KB" | "kB" => 1000,
+        "KiB" => 1024,
+        "MB" => 1000 * 1000,
+        "MiB" => 1024 * 1024,
+        "GB" => 1000 * 1000 * 1000,
+        "GiB" => 1024 * 1024 * 1024,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(mult).ok_or_else(bad)
+}

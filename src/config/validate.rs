@@ -1,0 +1,368 @@
+//! From the file as written to the [`Config`] the program uses: every value checked, every
+//! secret loaded, every scheme's keys prepared. Errors name the key and never a secret.
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use hyper::http::{HeaderName, StatusCode};
+
+use super::raw::{RawConfig, RawSource, RawTarget};
+use super::*;
+use crate::scheme::{self, IdRule, Kind, Scheme};
+use crate::secret;
+
+/// Where relative paths and `credential:` secrets are found.
+pub(super) struct Paths<'a> {
+    /// The config file's directory.
+    base: &'a Path,
+    /// systemd's `$CREDENTIALS_DIRECTORY`.
+    credentials: Option<&'a Path>,
+}
+
+pub(super) fn validate(
+    raw: RawConfig,
+    path: &Path,
+    credentials: Option<&Path>,
+) -> Result<Config, String> {
+    let paths = Paths {
+        base: path.parent().unwrap_or(Path::new(".")),
+        credentials,
+    };
+    let s = &raw.server;
+    if s.max_body == 0 || s.max_body > MAX_MAX_BODY {
+        return Err(format!(
+            "server.max_body must be between 1 byte and {} MiB",
+            MAX_MAX_BODY / 1024 / 1024
+        ));
+    }
+    for (key, value) in [
+        ("header_timeout", s.header_timeout),
+        ("body_timeout", s.body_timeout),
+    ] {
+        if value.is_zero() || value > MAX_TIMEOUT {
+            return Err(format!(
+                "server.{key} must be more than zero and at most 1h"
+            ));
+        }
+    }
+    if s.max_connections == 0 || s.max_connections > MAX_MAX_CONNECTIONS {
+        return Err(format!(
+            "server.max_connections must be between 1 and {MAX_MAX_CONNECTIONS}"
+        ));
+    }
+    if raw.store.path.as_os_str().is_empty() {
+        return Err(
+            "store.path is empty; name the inbox file, e.g. \"/var/lib/hookinbox/inbox.db\"".into(),
+        );
+    }
+    // A relative store path is relative to the config file, so that a config works from any
+    // working directory (systemd starts services in /).
+    // (Joining an absolute path yields it unchanged.)
+    let store_path = paths.base.join(&raw.store.path);
+    let trusted_proxies = s
+        .trusted_proxies
+        .iter()
+        .map(|t| crate::proxy::Cidr::parse(t).map_err(|e| format!("server.trusted_proxies: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let tls = s.tls.as_ref().map(|t| Tls {
+        cert: paths.base.join(&t.cert),
+        key: paths.base.join(&t.key),
+    });
+    if let Some(t) = &tls {
+        crate::receive::tls::server_config(t).map_err(|e| format!("server.tls: {e}"))?;
+    }
+
+    let mut names = HashSet::new();
+    let mut sources = Vec::with_capacity(raw.sources.len());
+    for (i, rs) in raw.sources.into_iter().enumerate() {
+        let at = format!("sources[{i}] ({:?})", rs.name);
+        if !valid_name(&rs.name) {
+            return Err(format!(
+                "{at}.name must be 1-64 characters of a-z, 0-9, '-' or '_' (it is a URL path segment)"
+            ));
+        }
+        if !names.insert(rs.name.clone()) {
+            return Err(format!("{at}.name is used by two sources"));
+        }
+        sources.push(validate_source(rs, &at, &paths)?);
+    }
+    Ok(Config {
+        path: path.to_owned(),
+        server: Server {
+            listen: s.listen,
+            max_body: s.max_body,
+            header_timeout: s.header_timeout,
+            body_timeout: s.body_timeout,
+            max_connections: s.max_connections,
+            trusted_proxies,
+            tls,
+        },
+        admin: Admin {
+            listen: raw.admin.listen,
+        },
+        store: Store {
+            path: store_path,
+            synchronous: raw.store.synchronous,
+        },
+        sources,
+    })
+}
+
+fn validate_source(rs: RawSource, at: &str, paths: &Paths) -> Result<Source, String> {
+    let kind = match (rs.scheme.as_str(), rs.hmac) {
+        ("standard-webhooks", None) => Kind::StandardWebhooks,
+        ("stripe", None) => Kind::Stripe,
+        ("github", None) => Kind::Github,
+        ("shopify", None) => Kind::Shopify,
+        ("slack", None) => Kind::Slack,
+        ("gitlab", None) => Kind::Gitlab,
+        ("hmac", Some(spec)) => Kind::Hmac(validate_hmac(spec, at)?),
+        ("hmac", None) => {
+            return Err(format!(
+                "{at}: scheme \"hmac\" needs an [sources.hmac] table"
+            ));
+        }
+        (_, Some(_)) if is_known_scheme(&rs.scheme) => {
+            return Err(format!("{at}.hmac is only for scheme = \"hmac\""));
+        }
+        (other, _) => {
+            return Err(format!(
+                "{at}.scheme {other:?} is unknown; use one of standard-webhooks, stripe, github, \
+                 shopify, slack, gitlab, hmac"
+            ));
+        }
+    };
+    let id = match (rs.id_header, rs.id_pointer) {
+        (Some(_), Some(_)) => return Err(format!("{at}: set id_header or id_pointer, not both")),
+        (Some(h), None) => Some(IdRule::Header(
+            HeaderName::from_bytes(h.as_bytes())
+                .map_err(|_| format!("{at}.id_header {h:?} is not a valid header name"))?,
+        )),
+        (None, Some(p)) => {
+            if !p.starts_with('/') {
+                return Err(format!(
+                    "{at}.id_pointer {p:?} must be a JSON pointer like \"/id\""
+                ));
+            }
+            Some(IdRule::Pointer(p))
+        }
+        (None, None) => None,
+    };
+    // These schemes sign their own event id (Standard Webhooks signs webhook-id; Stripe and
+    // Slack carry it in the signed body). An id from another header would be unsigned, so a
+    // captured request replayed with a new id would pass as a new event.
+    if matches!(id, Some(IdRule::Header(_)))
+        && matches!(kind, Kind::StandardWebhooks | Kind::Stripe | Kind::Slack)
+    {
+        return Err(format!(
+            "{at}.id_header: scheme {:?} signs its own event id; an id from an unsigned header \
+             would let a replayed request pass as new (id_pointer into the signed body is allowed)",
+            kind.name()
+        ));
+    }
+    if let Some(order) = &rs.order
+        && !(order.key.starts_with('/') && order.version.starts_with('/'))
+    {
+        return Err(format!(
+            "{at}.order: key and version are JSON pointers like \"/data/object/id\""
+        ));
+    }
+    if matches!(kind, Kind::Hmac(_)) && id.is_none() {
+        return Err(format!(
+            "{at}: scheme \"hmac\" has no standard event id; set id_header or id_pointer"
+        ));
+    }
+    let tolerance = rs.tolerance.unwrap_or(scheme::DEFAULT_TOLERANCE);
+    if !(MIN_TOLERANCE..=MAX_TOLERANCE).contains(&tolerance) {
+        return Err(format!("{at}.tolerance must be between 1s and 7d"));
+    }
+    if rs.tolerance.is_some() && !kind.signs_timestamp() {
+        return Err(format!(
+            "{at}.tolerance: scheme {:?} signs no timestamp, so a tolerance cannot apply",
+            kind.name()
+        ));
+    }
+    let on_conflict = StatusCode::from_u16(rs.on_conflict)
+        .ok()
+        .filter(|c| (200..600).contains(&c.as_u16()))
+        .ok_or_else(|| format!("{at}.on_conflict must be an HTTP status between 200 and 599"))?;
+    if rs.keep_identity < rs.keep_payload {
+        return Err(format!(
+            "{at}: keep_identity must be at least keep_payload (the identity row outlives the body)"
+        ));
+    }
+    if rs.secrets.is_empty() {
+        return Err(format!(
+            "{at}.secrets is empty; give at least one (several = rotation)"
+        ));
+    }
+    let mut secrets = Vec::with_capacity(rs.secrets.len());
+    let mut secret_origins = Vec::with_capacity(rs.secrets.len());
+    for (j, reference) in rs.secrets.iter().enumerate() {
+        let (secret, origin) = secret::resolve(reference, paths.credentials)
+            .map_err(|e| format!("{at}.secrets[{j}]: {e}"))?;
+        secrets.push(secret);
+        secret_origins.push(origin);
+    }
+    let scheme =
+        Scheme::new(kind, secrets, tolerance, id).map_err(|e| format!("{at}.secrets: {e}"))?;
+
+    let mut target_names = HashSet::new();
+    let mut targets = Vec::with_capacity(rs.targets.len());
+    for (j, rt) in rs.targets.into_iter().enumerate() {
+        let tat = format!("{at}.targets[{j}] ({:?})", rt.name);
+        if !valid_name(&rt.name) {
+            return Err(format!(
+                "{tat}.name must be 1-64 characters of a-z, 0-9, '-' or '_'"
+            ));
+        }
+        if !target_names.insert(rt.name.clone()) {
+            return Err(format!("{tat}.name is used by two targets of this source"));
+        }
+        targets.push(validate_target(rt, &tat, paths)?);
+    }
+    Ok(Source {
+        name: rs.name,
+        scheme,
+        account: rs.account,
+        on_conflict,
+        keep_payload: rs.keep_payload,
+        keep_identity: rs.keep_identity,
+        targets,
+        order: rs.order,
+        secret_origins,
+    })
+}
+
+fn validate_hmac(spec: scheme::hmac::Spec, at: &str) -> Result<scheme::hmac::Spec, String> {
+    HeaderName::from_bytes(spec.header.as_bytes()).map_err(|_| {
+        format!(
+            "{at}.hmac.header {:?} is not a valid header name",
+            spec.header
+        )
+    })?;
+    if let Some(h) = &spec.timestamp_header {
+        HeaderName::from_bytes(h.as_bytes())
+            .map_err(|_| format!("{at}.hmac.timestamp_header {h:?} is not a valid header name"))?;
+    }
+    if spec.signed.matches("{body}").count() != 1 {
+        return Err(format!(
+            "{at}.hmac.signed must contain {{body}} exactly once"
+        ));
+    }
+    if spec.signed.contains("{timestamp}") && spec.timestamp_header.is_none() {
+        return Err(format!(
+            "{at}.hmac.signed uses {{timestamp}} but hmac.timestamp_header is not set"
+        ));
+    }
+    // A timestamp that is checked but not signed protects nothing: a replay would just
+    // carry a fresh one.
+    if spec.timestamp_header.is_some() && !spec.signed.contains("{timestamp}") {
+        return Err(format!(
+            "{at}.hmac.timestamp_header is set but hmac.signed does not include {{timestamp}}; \
+             write what the provider signs, e.g. \"{{timestamp}}.{{body}}\""
+        ));
+    }
+    if spec
+        .prefix
+        .as_deref()
+        .is_some_and(|p| p.contains([',', ' ']))
+    {
+        return Err(format!(
+            "{at}.hmac.prefix cannot contain ',' or ' ' (they separate signatures)"
+        ));
+    }
+    Ok(spec)
+}
+
+fn validate_target(rt: RawTarget, at: &str, paths: &Paths) -> Result<Target, String> {
+    let kind = match (rt.url, rt.command) {
+        (Some(url), None) => {
+            let parsed = reqwest::Url::parse(&url)
+                .map_err(|e| format!("{at}.url {url:?} is not a URL: {e}"))?;
+            if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
+                return Err(format!(
+                    "{at}.url {url:?} must be http:// or https:// with a host"
+                ));
+            }
+            TargetKind::Url(url)
+        }
+        (None, Some(mut argv)) => {
+            if argv.is_empty() || argv[0].is_empty() {
+                return Err(format!(
+                    "{at}.command must name a program: [\"/path/to/program\", \"arg\", …]"
+                ));
+            }
+            // A relative program path is relative to the config file, like the store path;
+            // a bare name is looked up on PATH.
+            if argv[0].contains('/') && Path::new(&argv[0]).is_relative() {
+                argv[0] = paths.base.join(&argv[0]).display().to_string();
+            }
+            TargetKind::Command(argv)
+        }
+        _ => return Err(format!("{at}: set exactly one of url or command")),
+    };
+    if rt.timeout.is_zero() {
+        return Err(format!("{at}.timeout must be more than zero"));
+    }
+    if rt.concurrency == 0 || rt.concurrency > MAX_CONCURRENCY {
+        return Err(format!(
+            "{at}.concurrency must be between 1 and {MAX_CONCURRENCY}"
+        ));
+    }
+    if rt.timeout > MAX_TIMEOUT {
+        return Err(format!("{at}.timeout must be at most 1h"));
+    }
+    let lease = rt.lease.unwrap_or(rt.timeout + LEASE_MARGIN);
+    if lease < rt.timeout + MIN_LEASE_MARGIN || lease > MAX_TIMEOUT * 2 {
+        return Err(format!(
+            "{at}.lease must exceed timeout ({:?}) by at least {MIN_LEASE_MARGIN:?} (time to \
+             record the result, or a second attempt could start while the first still runs) \
+             and be at most 2h",
+            rt.timeout
+        ));
+    }
+    let retry = rt.retry.unwrap_or_else(|| DEFAULT_RETRY.to_vec());
+    if retry.iter().any(|d| *d > MAX_RETRY_DELAY) {
+        return Err(format!("{at}.retry: each wait must be at most 7d"));
+    }
+    if rt.sign_secret.is_some() && matches!(kind, TargetKind::Command(_)) {
+        return Err(format!(
+            "{at}.sign_secret is for url targets; a command runs locally and gets its metadata \
+             in HOOKINBOX_* variables"
+        ));
+    }
+    let sign_secret = match rt.sign_secret {
+        None => None,
+        Some(reference) => {
+            let (secret, _) = secret::resolve(&reference, paths.credentials)
+                .map_err(|e| format!("{at}.sign_secret: {e}"))?;
+            scheme::standard_webhooks::decode_secret(&secret)
+                .map_err(|e| format!("{at}.sign_secret: {e}"))?;
+            Some(secret)
+        }
+    };
+    Ok(Target {
+        name: rt.name,
+        kind,
+        timeout: rt.timeout,
+        retry,
+        concurrency: rt.concurrency,
+        lease,
+        sign_secret,
+    })
+}
+
+fn is_known_scheme(name: &str) -> bool {
+    matches!(
+        name,
+        "standard-webhooks" | "stripe" | "github" | "shopify" | "slack" | "gitlab" | "hmac"
+    )
+}
+
+fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
