@@ -50,6 +50,7 @@ cannot() {
 nspawn_pid=
 leader=
 work=
+known_failures=()
 
 # fail MESSAGE: names the check that failed, shows the service's journal, and exits 1 (the
 # EXIT trap powers the container off).
@@ -75,6 +76,7 @@ check_failed() {
     shift
     if known_fail "$name"; then
         say "KNOWN FAIL ($name, in HOOKINBOX_SYSTEMD_KNOWN_FAIL): $*"
+        known_failures+=("$name")
     else
         fail "$*"
     fi
@@ -89,8 +91,8 @@ poweroff() {
         else
             kill -TERM "$nspawn_pid" 2>/dev/null || true
         fi
-        local i
-        for i in $(seq 1 300); do
+        local _
+        for _ in $(seq 1 300); do
             kill -0 "$nspawn_pid" 2>/dev/null || break
             sleep 0.1
         done
@@ -164,6 +166,7 @@ command -v systemd-nspawn >/dev/null 2>&1 || need+=(systemd-container)
 command -v wget >/dev/null 2>&1 || need+=(wget)
 command -v zstd >/dev/null 2>&1 || need+=(zstd)
 command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
+command -v ps >/dev/null 2>&1 || need+=(procps)
 if [ ${#need[@]} -gt 0 ]; then
     say "installing ${need[*]}"
     if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"; } >/dev/null 2>&1; then
@@ -200,12 +203,13 @@ apt_uris() {
     done
 }
 find_mirror() {
-    local uri
+    local uri candidates
     if [ -n "${HOOKINBOX_TEST_MIRROR:-}" ]; then
-        echo "$HOOKINBOX_TEST_MIRROR"
-        return 0
+        candidates=$HOOKINBOX_TEST_MIRROR
+    else
+        candidates=$(apt_uris | sort -s -k1,1 | awk '!seen[$2]++ { print $2 }')
     fi
-    for uri in $(apt_uris | sort -s -k1,1 | awk '!seen[$2]++ { print $2 }'); do
+    for uri in $candidates; do
         uri=${uri%/}
         case "$uri" in http://* | https://*) ;; *) continue ;; esac
         if wget -q -T 15 -t 1 -O /dev/null "$uri/dists/$SUITE/InRelease"; then
@@ -219,7 +223,7 @@ find_mirror() {
 # --- The root file systems, cached --------------------------------------------------------
 
 mkdir -p "$CACHE"
-key=$(printf '%s\n' "$SUITE" "$BASE_PKGS" "$SYSTEMD_PKGS" "format 1" | sha256sum | cut -c1-12)
+key=$(printf '%s\n' "$SUITE" "$BASE_PKGS" "$SYSTEMD_PKGS" "format 2" | sha256sum | cut -c1-12)
 base_tar=$CACHE/$SUITE-base-$key.tar.zst
 systemd_tar=$CACHE/$SUITE-systemd-$key.tar.zst
 
@@ -245,7 +249,8 @@ build_rootfs() {
     printf '127.0.0.1\tlocalhost\n127.0.1.1\thookinbox-test\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' \
         >"$tmp/root/etc/hosts"
     chroot "$tmp/root" apt-get clean
-    tar -C "$tmp/root" --numeric-owner -I 'zstd -q -T0' -cf "$tmp/base.tar.zst" .
+    tar -C "$tmp/root" --numeric-owner --exclude='./var/lib/apt/lists/*' -I 'zstd -q -T0' \
+        -cf "$tmp/base.tar.zst" .
     say "adding $SYSTEMD_PKGS to the root file system"
     if ! chroot_run "$tmp/root" sh -c "apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
             apt-get install -y -qq --no-install-recommends $SYSTEMD_PKGS && apt-get clean && \
@@ -309,8 +314,9 @@ work=$(mktemp -d /var/tmp/hookinbox-test.XXXXXX)
 
 say "installing the package where systemd is absent (a $SUITE minbase chroot)"
 unpack "$base_tar" "$work/nosd"
-[ ! -e "$work/nosd/usr/bin/systemd-sysusers" ] && [ ! -e "$work/nosd/bin/systemd-sysusers" ] ||
+if [ -e "$work/nosd/usr/bin/systemd-sysusers" ] || [ -e "$work/nosd/bin/systemd-sysusers" ]; then
     fail "the minbase root file system has systemd-sysusers"
+fi
 cp "$deb" "$work/nosd/root/"
 if ! out=$(chroot_run "$work/nosd" dpkg -i "/root/$debname" 2>&1); then
     fail "install without systemd: dpkg -i failed:\n$out"
@@ -320,7 +326,13 @@ chroot "$work/nosd" getent passwd hookinbox >/dev/null ||
 owner=$(chroot "$work/nosd" stat -c %U:%G /var/lib/hookinbox /etc/hookinbox/secrets | tr '\n' ' ')
 [ "$owner" = "hookinbox:hookinbox root:hookinbox " ] ||
     fail "install without systemd: /var/lib/hookinbox and /etc/hookinbox/secrets are $owner"
-ok "installs without systemd: dpkg -i exits 0, adduser made the user, the directories are in place"
+if ! out=$(chroot_run "$work/nosd" dpkg -i "/root/$debname" 2>&1); then
+    fail "install without systemd: dpkg -i over the installed package (an upgrade) failed:\n$out"
+fi
+if ! out=$(chroot_run "$work/nosd" dpkg --purge hookinbox 2>&1); then
+    fail "install without systemd: dpkg --purge failed:\n$out"
+fi
+ok "installs without systemd: dpkg -i exits 0, adduser made the user, the directories are in place; reinstall and purge exit 0"
 rm -rf "$work/nosd"
 
 # --- The container ----------------------------------------------------------------------
@@ -347,6 +359,7 @@ echo "user=$(id -un) usr=$usr state=$state nnp=$nnp capeff=$caps args=$* event=$
 EOF
 chmod 0755 "$root/usr/local/bin/hookinbox-record"
 
+boot_started=$SECONDS
 systemd-nspawn --boot --keep-unit --private-network --register=no --console=read-only \
     --machine="$MACHINE" -D "$root" >"$work/console.log" 2>&1 &
 nspawn_pid=$!
@@ -382,7 +395,7 @@ kill -0 "$nspawn_pid" 2>/dev/null || boot_failed "the container stopped while bo
 if [ "$state" = degraded ]; then
     say "the container booted degraded: $(in_ct systemctl --failed --plain --no-legend | awk '{ print $1 }' | tr '\n' ' ')"
 fi
-ok "the container booted (systemd $(in_ct systemctl --version | awk 'NR == 1 { print $2 }'), system $state, in $((SECONDS - started)) s from the start"
+ok "the container booted (systemd $(in_ct systemctl --version | awk 'NR == 1 { print $2 }'), system $state) in $((SECONDS - boot_started)) s"
 
 # --- Install ----------------------------------------------------------------------------
 
@@ -436,15 +449,17 @@ ok "sudo -u hookinbox sqlite3 -readonly $DB: 1 event"
 
 delivered() { [ "$(sq "select state from deliveries" 2>/dev/null)" = delivered ]; }
 waitfor 20 delivered || fail "forward: the delivery is '$(sq "select state from deliveries")' after 20 s, not delivered"
-att=$(sq "select outcome, status, output from attempts")
+att=$(sq "select outcome, status from attempts")
+[ "$att" = "delivered|0" ] || fail "forward: the attempt is '$att', expected one attempt 'delivered|0'"
 # The target ran as the service user, with no capability, no new privileges, the system
 # read-only and the state directory writable.
-expect="delivered|0|user=hookinbox usr=read-only state=writable nnp=1 capeff=0000000000000000 args=--from-test event=test-1 bytes="
-case "$att" in
+expect="user=hookinbox usr=read-only state=writable nnp=1 capeff=0000000000000000 args=--from-test event=test-1 bytes="
+said=$(sq "select output from attempts" | grep -F "user=" || true)
+case "$said" in
 "$expect"*) ;;
-*) fail "forward: the attempt is\n  $att\nexpected it to start with\n  $expect" ;;
+*) fail "forward: the target printed\n  $said\nexpected\n  $expect..." ;;
 esac
-ok "command target delivered under the unit's sandbox: ${att#delivered|0|}"
+ok "command target delivered (exit 0) inside the unit's sandbox: $said"
 
 # --- Reload -------------------------------------------------------------------------------
 
@@ -455,7 +470,8 @@ if in_ct hookinbox check --config "$CONFIG" >/dev/null 2>&1; then
     fail "reload: hookinbox check accepts a config with an unknown key"
 fi
 if out=$(in_ct systemctl reload hookinbox 2>&1); then
-    check_failed reload "reload: systemctl reload exited 0 on a config that does not load (ExecReload=$(prop ExecReload | sed -n 's/.*argv\[\]=\([^;]*\);.*/\1/p'))"
+    execreload=$(prop ExecReload | sed -n 's/.*argv\[\]=\([^;]*[^; ]\) *;.*/\1/p')
+    check_failed reload "reload: systemctl reload exited 0 on a config that does not load (ExecReload=$execreload)"
 else
     ok "systemctl reload with an unknown key in the config: refused, exit non-zero"
 fi
@@ -480,7 +496,7 @@ clean_since() {
 cur=$(cursor)
 must "restart" systemctl restart hookinbox
 new=$(prop MainPID)
-[ "$new" != "$pid" ] && [ "$new" != 0 ] || fail "restart: MainPID $pid -> $new"
+if [ "$new" = "$pid" ] || [ "$new" = 0 ]; then fail "restart: MainPID $pid -> $new"; fi
 [ "$(prop ActiveState)/$(prop Result)" = active/success ] || fail "restart: $(prop ActiveState)/$(prop Result)"
 deactivated() { journal_since "$cur" | grep -q "Deactivated successfully"; }
 waitfor 5 deactivated ||
@@ -511,11 +527,14 @@ must "watchdog" systemctl daemon-reload
 must "watchdog" systemctl restart hookinbox
 [ "$(prop WatchdogUSec)" = 3s ] || fail "watchdog: WatchdogUSec is $(prop WatchdogUSec) with the drop-in"
 pid=$(prop MainPID)
-# Fed while it works: three periods pass without a kill.
-sleep 9
-[ "$(prop MainPID)" = "$pid" ] && [ "$(prop ActiveState)" = active ] ||
+# Fed while it works (every quarter period): more than two periods pass without a kill.
+cur=$(cursor)
+sleep 7
+if [ "$(prop MainPID)" != "$pid" ] || [ "$(prop ActiveState)" != active ]; then
     fail "watchdog: a healthy service was not kept alive with WatchdogSec=3s (MainPID $pid -> $(prop MainPID))"
-ok "WatchdogSec=3s: fed, the healthy service runs on for 9 s"
+fi
+clean_since "$cur" "watchdog (healthy)"
+ok "WatchdogSec=3s: fed, the healthy service runs on for 7 s"
 cur=$(cursor)
 t0=$SECONDS
 must "watchdog" kill -STOP "$pid"
@@ -562,4 +581,8 @@ said=$(grep "/var/lib/hookinbox" <<<"$purge_out" | grep -i kept || true)
 ok "apt-get purge: $DB kept with its $n events, the user kept, and it says: $said"
 
 poweroff
-say "all checks passed in $((SECONDS - started)) s"
+if [ ${#known_failures[@]} -gt 0 ]; then
+    say "all checks passed in $((SECONDS - started)) s but the known failures: ${known_failures[*]}"
+else
+    say "all checks passed in $((SECONDS - started)) s"
+fi

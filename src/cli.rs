@@ -128,7 +128,12 @@ pub fn run(cli: Cli) -> Exit {
             commands::generate::run(out_dir, &mut std::io::stdout().lock())
         }
         Command::Serve | Command::Check | Command::Sign { .. } => {
-            let config = match config::load(&path) {
+            let purpose = match &cli.command {
+                Command::Check => config::Purpose::Check,
+                Command::Sign { source, .. } => config::Purpose::Sign(source),
+                _ => config::Purpose::Serve,
+            };
+            let config = match config::load_for(&path, purpose) {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("error: {e:#}");
@@ -176,6 +181,8 @@ pub fn run(cli: Cli) -> Exit {
             eprintln!("error: {e:#}");
             if e.is::<commands::NotFound>() {
                 Exit::NotFound
+            } else if e.is::<commands::check::Problems>() {
+                Exit::Config
             } else {
                 Exit::Failure
             }
@@ -186,7 +193,7 @@ pub fn run(cli: Cli) -> Exit {
 fn with_config(config: config::Config, command: Command) -> anyhow::Result<()> {
     let out = &mut std::io::stdout().lock();
     match command {
-        Command::Check => commands::check::run(&config, out).map_err(Into::into),
+        Command::Check => commands::check::run(&config, out),
         Command::Sign {
             source,
             body,

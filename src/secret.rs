@@ -36,6 +36,19 @@ pub enum Origin {
     Credential(String),
     /// Written in the config file itself.
     Literal,
+    /// A `credential:` that `check` could not read because it runs outside systemd: it is
+    /// read from `$CREDENTIALS_DIRECTORY` when systemd starts the service.
+    Deferred(String),
+    /// Not loaded because the command does not need it (`sign` for another source).
+    NotLoaded,
+}
+
+/// What stands in for a secret that was not loaded ([`Origin::Deferred`],
+/// [`Origin::NotLoaded`]): valid for every scheme's key preparation (a `whsec_` secret
+/// must be base64), and never used to verify or sign anything, since only `check` and
+/// `sign` load a configuration that way and neither serves.
+pub fn placeholder() -> Secret {
+    Secret::new("whsec_aG9va2luYm94LW5vdC1sb2FkZWQ=")
 }
 
 /// Resolves one secret reference. `credentials_dir` is systemd's `$CREDENTIALS_DIRECTORY`.

@@ -6,9 +6,10 @@ use std::io::Write;
 use crate::config::{Config, TargetKind};
 use crate::receive::HOOKS_PREFIX;
 
-/// Prints each source, its scheme, path and targets, then the warnings.
-pub fn run(config: &Config, out: &mut impl Write) -> std::io::Result<()> {
-    writeln!(out, "config {} is valid", config.path.display())?;
+/// Prints each source, its scheme, path and targets, then the warnings, then the problems
+/// (an error when there are any).
+pub fn run(config: &Config, out: &mut impl Write) -> anyhow::Result<()> {
+    writeln!(out, "config {} parses and validates", config.path.display())?;
     writeln!(
         out,
         "  listen  {}  (admin {})",
@@ -47,5 +48,18 @@ pub fn run(config: &Config, out: &mut impl Write) -> std::io::Result<()> {
     for w in &warnings {
         writeln!(out, "warning: {w}")?;
     }
-    Ok(())
+    let problems = config.problems();
+    for p in &problems {
+        writeln!(out, "error: {p}")?;
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(Problems(problems.len()).into())
+    }
 }
+
+/// `check` found what `serve` would only meet at run time (exit code 3).
+#[derive(Debug, thiserror::Error)]
+#[error("{0} problem(s) above would fail at run time; the file parses, but fix them first")]
+pub struct Problems(pub usize);

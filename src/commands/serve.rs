@@ -64,6 +64,17 @@ async fn retire_unknown_targets(writer: &Writer, sources: &[Arc<Source>]) -> any
     Ok(())
 }
 
+/// What `check` would print about `config`: warnings, and the problems that will fail
+/// at run time (a missing command target), which do not stop receiving.
+fn log_advice(config: &Config) {
+    for warning in config.warnings() {
+        tracing::warn!("{warning}");
+    }
+    for problem in config.problems() {
+        tracing::error!("{problem}");
+    }
+}
+
 /// Tells systemd; a failure to (no socket, a full buffer) must not stop the service.
 fn notify(state: &[NotifyState]) {
     if let Err(e) = sd_notify::notify(state) {
@@ -329,9 +340,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let mut hup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
-    for warning in config.warnings() {
-        tracing::warn!("{warning}");
-    }
+    log_advice(&config);
     let path = config.path.clone();
     let sources = config.sources.len();
     let running = start(config).await?;
@@ -349,9 +358,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             _ = int.recv() => break,
             _ = hup.recv() => match config::load(&path) {
                 Ok(new) => {
-                    for warning in new.warnings() {
-                        tracing::warn!("{warning}");
-                    }
+                    log_advice(&new);
                     if let Err(e) = running.reload(new).await {
                         tracing::error!("reload failed: {e:#}; the running configuration stays");
                     }

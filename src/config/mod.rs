@@ -217,8 +217,26 @@ pub fn default_path() -> PathBuf {
     }
 }
 
+/// What a configuration is loaded for, which decides how strict loading secrets is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose<'a> {
+    /// Every secret must load.
+    Serve,
+    /// `check`: a `credential:` secret outside systemd (no `$CREDENTIALS_DIRECTORY`) is
+    /// noted, not an error; `serve` reads it when systemd starts it.
+    Check,
+    /// `sign --source NAME`: only that source's secrets are needed; another source's
+    /// secret that cannot be loaded here is left out.
+    Sign(&'a str),
+}
+
 /// Reads, parses and validates the configuration at `path`, loading every secret.
 pub fn load(path: &Path) -> anyhow::Result<Config> {
+    load_for(path, Purpose::Serve)
+}
+
+/// [`load`], with secrets loaded as `purpose` needs them.
+pub fn load_for(path: &Path, purpose: Purpose) -> anyhow::Result<Config> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         anyhow::anyhow!(
             "cannot read config file {}: {e} (pass --config FILE; examples/quickstart.toml is a start)",
@@ -226,7 +244,7 @@ pub fn load(path: &Path) -> anyhow::Result<Config> {
         )
     })?;
     let credentials = std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from);
-    from_str(&text, path, credentials.as_deref())
+    parse(&text, path, credentials.as_deref(), purpose)
 }
 
 /// What the operator commands need from the config (the inbox and the retention windows),
@@ -271,9 +289,18 @@ pub fn load_offline(path: &Path) -> anyhow::Result<Offline> {
 /// Parses and validates configuration text; `path` is used in messages and to resolve a
 /// relative store path.
 pub fn from_str(text: &str, path: &Path, credentials: Option<&Path>) -> anyhow::Result<Config> {
+    parse(text, path, credentials, Purpose::Serve)
+}
+
+fn parse(
+    text: &str,
+    path: &Path,
+    credentials: Option<&Path>,
+    purpose: Purpose,
+) -> anyhow::Result<Config> {
     let raw: RawConfig =
         toml::from_str(text).map_err(|e| anyhow::anyhow!("config file {}: {e}", path.display()))?;
-    validate::validate(raw, path, credentials)
+    validate::validate(raw, path, credentials, purpose)
         .map_err(|e| anyhow::anyhow!("config file {}: {e}", path.display()))
 }
 

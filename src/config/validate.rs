@@ -9,24 +9,48 @@ use hyper::http::{HeaderName, StatusCode};
 use super::raw::{RawConfig, RawSource, RawTarget};
 use super::*;
 use crate::scheme::{self, IdRule, Kind, Scheme};
-use crate::secret;
+use crate::secret::{self, Origin, Secret};
 
-/// Where relative paths and `credential:` secrets are found.
+/// Where relative paths and `credential:` secrets are found, and how strictly secrets load.
 pub(super) struct Paths<'a> {
     /// The config file's directory.
     base: &'a Path,
     /// systemd's `$CREDENTIALS_DIRECTORY`.
     credentials: Option<&'a Path>,
+    purpose: Purpose<'a>,
+}
+
+impl Paths<'_> {
+    /// Loads one secret; `source` names the source it verifies (`None`: a target's signing
+    /// secret). See [`Purpose`] for when a secret that cannot be loaded is let through as a
+    /// [`secret::placeholder`].
+    fn secret(&self, reference: &str, source: Option<&str>) -> Result<(Secret, Origin), String> {
+        let error = match secret::resolve(reference, self.credentials) {
+            Ok(found) => return Ok(found),
+            Err(e) => e,
+        };
+        match (self.purpose, reference.strip_prefix("credential:")) {
+            (Purpose::Check, Some(name)) if self.credentials.is_none() => {
+                Ok((secret::placeholder(), Origin::Deferred(name.to_owned())))
+            }
+            (Purpose::Sign(wanted), _) if source != Some(wanted) => {
+                Ok((secret::placeholder(), Origin::NotLoaded))
+            }
+            _ => Err(error),
+        }
+    }
 }
 
 pub(super) fn validate(
     raw: RawConfig,
     path: &Path,
     credentials: Option<&Path>,
+    purpose: Purpose,
 ) -> Result<Config, String> {
     let paths = Paths {
         base: path.parent().unwrap_or(Path::new(".")),
         credentials,
+        purpose,
     };
     let s = &raw.server;
     if s.max_body == 0 || s.max_body > MAX_MAX_BODY {
@@ -59,6 +83,25 @@ pub(super) fn validate(
     // working directory (systemd starts services in /).
     // (Joining an absolute path yields it unchanged.)
     let store_path = paths.base.join(&raw.store.path);
+    if store_path.is_dir() {
+        return Err(format!(
+            "store.path {} is a directory; name the inbox file, e.g. \"{}\"",
+            store_path.display(),
+            store_path.join("inbox.db").display()
+        ));
+    }
+    let (public, admin) = (s.listen, raw.admin.listen);
+    if public.port() != 0
+        && public.port() == admin.port()
+        && (public.ip() == admin.ip()
+            || public.ip().is_unspecified()
+            || admin.ip().is_unspecified())
+    {
+        return Err(format!(
+            "server.listen {public} and admin.listen {admin} are the same port; the admin \
+             listener (/metrics, /readyz) needs one of its own, e.g. \"127.0.0.1:9180\""
+        ));
+    }
     let trusted_proxies = s
         .trusted_proxies
         .iter()
@@ -199,7 +242,8 @@ fn validate_source(rs: RawSource, at: &str, paths: &Paths) -> Result<Source, Str
     let mut secrets = Vec::with_capacity(rs.secrets.len());
     let mut secret_origins = Vec::with_capacity(rs.secrets.len());
     for (j, reference) in rs.secrets.iter().enumerate() {
-        let (secret, origin) = secret::resolve(reference, paths.credentials)
+        let (secret, origin) = paths
+            .secret(reference, Some(&rs.name))
             .map_err(|e| format!("{at}.secrets[{j}]: {e}"))?;
         secrets.push(secret);
         secret_origins.push(origin);
@@ -335,7 +379,8 @@ fn validate_target(rt: RawTarget, at: &str, paths: &Paths) -> Result<Target, Str
     let sign_secret = match rt.sign_secret {
         None => None,
         Some(reference) => {
-            let (secret, _) = secret::resolve(&reference, paths.credentials)
+            let (secret, _) = paths
+                .secret(&reference, None)
                 .map_err(|e| format!("{at}.sign_secret: {e}"))?;
             scheme::standard_webhooks::decode_secret(&secret)
                 .map_err(|e| format!("{at}.sign_secret: {e}"))?;

@@ -55,6 +55,12 @@ impl Config {
                         s.name,
                         path.display()
                     )),
+                    Origin::Deferred(name) => out.push(format!(
+                        "source {:?}: secrets[{j}] \"credential:{name}\" is read from \
+                         $CREDENTIALS_DIRECTORY when systemd starts the service (a \
+                         LoadCredential={name}:FILE line in the unit); it was not checked here",
+                        s.name
+                    )),
                     _ => {}
                 }
             }
@@ -69,6 +75,26 @@ impl Config {
                 ));
             }
         }
+        if self.sources.is_empty() {
+            out.push(format!(
+                "{} has no [[sources]]: hookinbox receives nothing until one is added. Add a \
+                 table like the commented example in the packaged config (name, scheme, \
+                 secrets, and a [[sources.targets]] to forward to), then `hookinbox check` \
+                 again and `systemctl reload hookinbox`",
+                self.path.display()
+            ));
+        }
+        if UNIT_PATHS.iter().any(|u| Path::new(u).exists())
+            && !self.store.path.starts_with(STATE_DIRECTORY)
+        {
+            out.push(format!(
+                "store.path {} is outside {STATE_DIRECTORY}: under the packaged unit \
+                 (ProtectSystem=strict) only that directory is writable; add \
+                 ReadWritePaths={} with `systemctl edit hookinbox`",
+                self.store.path.display(),
+                self.store.path.parent().unwrap_or(Path::new("/")).display()
+            ));
+        }
         if !self.admin.listen.ip().is_loopback() {
             out.push(format!(
                 "admin.listen {} is not a loopback address; /metrics and /readyz should not be public",
@@ -77,4 +103,132 @@ impl Config {
         }
         out
     }
+
+    /// What `serve` would only find out at run time, and `check` reports as errors (exit
+    /// 3): a command target whose program is missing or not executable (its deliveries
+    /// would be retried for a day before they die), and an inbox in a directory that this
+    /// user, or the service user when run as root, cannot write. `serve` logs them at
+    /// start-up and on reload and goes on receiving: a delivery target must never stop the
+    /// receiving, and an unwritable inbox fails the start with its own error.
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for s in &self.sources {
+            for t in &s.targets {
+                if let TargetKind::Command(argv) = &t.kind
+                    && let Err(e) = program_problem(&argv[0])
+                {
+                    out.push(format!("source {:?} target {:?}: {e}", s.name, t.name));
+                }
+            }
+        }
+        if let Err(e) = store_problem(&self.store.path) {
+            out.push(e);
+        }
+        out
+    }
+}
+
+/// Where the packaged unit may be installed, and its state directory.
+const UNIT_PATHS: [&str; 3] = [
+    "/usr/lib/systemd/system/hookinbox.service",
+    "/lib/systemd/system/hookinbox.service",
+    "/etc/systemd/system/hookinbox.service",
+];
+const STATE_DIRECTORY: &str = "/var/lib/hookinbox";
+/// The user the packaged unit runs as.
+const SERVICE_USER: &str = "hookinbox";
+
+/// Why the program of a command target cannot run, if it cannot. A bare name is looked
+/// up on the PATH commands get.
+fn program_problem(program: &str) -> Result<(), String> {
+    use nix::unistd::{AccessFlags, access};
+    let path = if program.contains('/') {
+        std::path::PathBuf::from(program)
+    } else {
+        crate::deliver::command::PATH
+            .split(':')
+            .map(|dir| Path::new(dir).join(program))
+            .find(|p| p.exists())
+            .ok_or_else(|| {
+                format!(
+                    "command {program:?} is not on the PATH commands run with ({}); write its \
+                     full path",
+                    crate::deliver::command::PATH
+                )
+            })?
+    };
+    let meta = std::fs::metadata(&path).map_err(|e| format!("command {}: {e}", path.display()))?;
+    if !meta.is_file() {
+        return Err(format!("command {} is not a file", path.display()));
+    }
+    access(&path, AccessFlags::X_OK).map_err(|_| {
+        format!(
+            "command {} is not executable by this user (chmod +x it)",
+            path.display()
+        )
+    })
+}
+
+/// Why the inbox at `db` cannot be created or written, if it cannot: its directory (or the
+/// nearest one that exists, which `serve` creates the rest under) must be writable.
+fn store_problem(db: &Path) -> Result<(), String> {
+    use nix::unistd::{AccessFlags, access};
+    let dir = db
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let existing = dir
+        .ancestors()
+        .find(|a| a.exists())
+        .unwrap_or(Path::new("/"));
+    if !existing.is_dir() {
+        return Err(format!(
+            "store.path {}: {} is not a directory",
+            db.display(),
+            existing.display()
+        ));
+    }
+    let target = if db.exists() { db } else { existing };
+    if access(target, AccessFlags::W_OK).is_err() {
+        return Err(format!(
+            "store.path {}: {} is not writable by this user",
+            db.display(),
+            target.display()
+        ));
+    }
+    // Root can write anywhere; the packaged service runs as its own user.
+    if nix::unistd::geteuid().is_root()
+        && let Ok(Some(user)) = nix::unistd::User::from_name(SERVICE_USER)
+        && !writable_by(target, &user)
+    {
+        return Err(format!(
+            "store.path {}: {} is not writable by the service user {SERVICE_USER}; chown it \
+             or pick a directory it owns (the package's is {STATE_DIRECTORY})",
+            db.display(),
+            target.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `user` may write `path`, by its permission bits (owner, then group, then
+/// others), as the kernel decides for a process of that user.
+fn writable_by(path: &Path, user: &nix::unistd::User) -> bool {
+    use std::ffi::CString;
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(path) else {
+        return false;
+    };
+    let mode = meta.mode();
+    if meta.uid() == user.uid.as_raw() {
+        return mode & 0o200 != 0;
+    }
+    let groups = CString::new(user.name.as_str())
+        .ok()
+        .and_then(|name| nix::unistd::getgrouplist(&name, user.gid).ok())
+        .unwrap_or_else(|| vec![user.gid]);
+    if groups.iter().any(|g| g.as_raw() == meta.gid()) {
+        return mode & 0o020 != 0;
+    }
+    mode & 0o002 != 0
 }

@@ -150,9 +150,9 @@ pub async fn run(argv: &[String], timeout: Duration, a: &Attempt<'_>) -> Result_
 }
 
 /// Provider text on its way into the environment, with control characters written out
-/// (`\x00`): an environment cannot hold a NUL byte at all, so one in an event type would
-/// make every attempt fail to start. Receiving already stores such fields escaped
-/// (`scheme::informational`); this also covers inboxes written before it did.
+/// (`\x00`, as `terminal::escape` does): an environment cannot hold a NUL byte at all, so
+/// one in an event type (`"invoice.paid\u0000"` is valid JSON) would make every attempt
+/// fail to start, and a newline would confuse whoever parses `env`.
 fn env_text(s: &str) -> std::borrow::Cow<'_, str> {
     crate::terminal::escape(s)
 }
@@ -184,8 +184,7 @@ async fn read_bounded(mut r: impl AsyncRead + Unpin) -> String {
 mod tests {
     use super::*;
 
-    /// An inbox written before receiving escaped event types can hold a NUL in one: the
-    /// command still starts, and sees the NUL written out.
+    /// An event type may hold a NUL: the command still starts, and sees it written out.
     #[tokio::test]
     async fn a_nul_in_provider_text_never_stops_the_command_from_starting() {
         let a = Attempt {

@@ -383,13 +383,11 @@ pub fn optional_header(headers: &HeaderMap, name: &str) -> Option<String> {
 /// The longest informational field (an event type) kept, in characters.
 pub const MAX_INFO_CHARS: usize = 200;
 
-/// Provider text kept beside the event rather than in its signed bytes (the event type):
-/// shortened, and with control and invisible characters written out as `\x00`-style text.
-/// It reaches logs, terminals and a command's environment, where a NUL byte cannot go at
-/// all; the exact bytes stay in the body.
-pub fn informational(s: &str) -> String {
-    let short: String = s.chars().take(MAX_INFO_CHARS).collect();
-    crate::terminal::escape(&short).into_owned()
+/// Provider text kept beside the event rather than in its signed bytes (the event type),
+/// shortened. It is kept as sent, control characters included: whoever shows it escapes it
+/// for where it goes (`terminal::escape`, a command's environment).
+fn informational(s: &str) -> String {
+    s.chars().take(MAX_INFO_CHARS).collect()
 }
 
 /// Builds a header map for the schemes' unit tests.

@@ -121,3 +121,144 @@ async fn what_sign_prints_is_accepted_by_serve_for_every_scheme() {
     );
     server.stop().await;
 }
+
+/// A config in its own directory (world-readable, so that another user may read it too).
+fn config_in(dir: &std::path::Path, text: &str) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = dir.join("hookinbox.toml");
+    std::fs::write(&path, text).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    path.display().to_string()
+}
+
+const DEMO_SOURCE: &str = r#"
+[[sources]]
+name = "demo"
+scheme = "standard-webhooks"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+"#;
+
+#[test]
+fn check_finds_what_serve_would_only_meet_at_run_time() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let not_executable = dir.path().join("handler.sh");
+    std::fs::write(&not_executable, "#!/bin/sh\n").unwrap();
+    let store = "[store]\npath = \"inbox.db\"\n";
+    let with_command = |program: &str| {
+        format!(
+            "{store}{DEMO_SOURCE}[[sources.targets]]\nname = \"app\"\ncommand = [{program:?}]\n"
+        )
+    };
+    for (text, want) in [
+        (
+            with_command("/usr/local/bin/no-such-handler"),
+            "/usr/local/bin/no-such-handler",
+        ),
+        (with_command("no-such-handler"), "is not on the PATH"),
+        (
+            with_command(not_executable.to_str().unwrap()),
+            "not executable",
+        ),
+        (
+            format!("[server]\nlisten = \"127.0.0.1:9180\"\n{store}{DEMO_SOURCE}"),
+            "same port",
+        ),
+        (
+            format!(
+                "[store]\npath = {:?}\n{DEMO_SOURCE}",
+                dir.path().display().to_string()
+            ),
+            "is a directory",
+        ),
+    ] {
+        let config = config_in(dir.path(), &text);
+        let (code, out, err) = hookinbox(&["check", "--config", &config]);
+        assert_eq!(code, 3, "{want}: {out}{err}");
+        assert!(
+            out.contains(want) || err.contains(want),
+            "{want}: {out}{err}"
+        );
+    }
+    // A fixed program passes.
+    std::fs::set_permissions(&not_executable, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let config = config_in(dir.path(), &with_command(not_executable.to_str().unwrap()));
+    let (code, out, err) = hookinbox(&["check", "--config", &config]);
+    assert_eq!(code, 0, "{out}{err}");
+}
+
+#[test]
+fn check_finds_an_inbox_directory_the_user_cannot_write() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let locked = dir.path().join("locked");
+    std::fs::create_dir(&locked).unwrap();
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let text = format!(
+        "[store]\npath = {:?}\n{DEMO_SOURCE}",
+        locked.join("inbox.db").display().to_string()
+    );
+    let config = config_in(dir.path(), &text);
+    // Root may write anywhere: run check as `nobody` then, as a service user would be.
+    let root = nix::unistd::geteuid().is_root();
+    let mut cmd = if root {
+        let mut c = std::process::Command::new("setpriv");
+        c.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"]);
+        c.arg(env!("CARGO_BIN_EXE_hookinbox"));
+        c
+    } else {
+        std::process::Command::new(env!("CARGO_BIN_EXE_hookinbox"))
+    };
+    let out = cmd.args(["check", "--config", &config]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("not writable by this user"), "{text}");
+}
+
+#[test]
+fn check_says_how_to_add_a_source_and_that_credentials_are_read_under_systemd() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_in(dir.path(), "[store]\npath = \"inbox.db\"\n");
+    let (code, out, err) = hookinbox(&["check", "--config", &config]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("no [[sources]]") && out.contains("[[sources.targets]]"),
+        "{out}"
+    );
+
+    let text = "[store]\npath = \"inbox.db\"\n".to_owned()
+        + &DEMO_SOURCE.replace("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "credential:demo");
+    let config = config_in(dir.path(), &text);
+    let (code, out, err) = hookinbox(&["check", "--config", &config]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("\"credential:demo\" is read from $CREDENTIALS_DIRECTORY when systemd starts"),
+        "{out}"
+    );
+    // serve still needs it: outside systemd it cannot start.
+    let (code, _, err) = hookinbox(&["serve", "--config", &config]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("CREDENTIALS_DIRECTORY"), "{err}");
+}
+
+#[test]
+fn sign_for_one_source_needs_only_that_sources_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "[store]\npath = \"inbox.db\"\n{DEMO_SOURCE}\n[[sources]]\nname = \"other\"\nscheme = \"github\"\nsecrets = [\"env:HOOKINBOX_TEST_UNSET_OTHER\"]\n"
+    );
+    let config = config_in(dir.path(), &text);
+    let (code, out, err) = hookinbox(&["sign", "--config", &config, "--source", "demo"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("webhook-signature"), "{out}");
+    // The other source's own secret is still required to sign for it.
+    let (code, _, err) = hookinbox(&["sign", "--config", &config, "--source", "other"]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("HOOKINBOX_TEST_UNSET_OTHER"), "{err}");
+}

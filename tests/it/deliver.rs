@@ -593,7 +593,7 @@ retry = ["100ms", "100ms"]
             .any(|l| l == r"HOOKINBOX_EVENT_TYPE=invoice.paid\x00\nX-Injected: 1"),
         "the type arrives with its control characters written out: {env}"
     );
-    // The stored body keeps the exact bytes; only the derived type is escaped.
+    // Only the environment escapes it: the stored body keeps the exact bytes.
     assert_eq!(server.stored_body("sw", "msg_nul").unwrap(), body);
     server.stop().await;
 }
