@@ -233,18 +233,18 @@ fn offline_command(
     }
     let out = &mut std::io::stdout().lock();
     match command {
-        Command::Replay(args) => commands::replay::run(db, args, out),
+        Command::Replay(args) => commands::replay::run(db, offline, args, out),
         Command::Prune(args) => {
             let Some(offline) = offline else {
                 anyhow::bail!("prune needs the config's retention windows: pass --config");
             };
             let rules: Vec<Rule> = offline
-                .retention
+                .sources
                 .iter()
-                .map(|(source, keep_payload, keep_identity)| Rule {
-                    source: source.clone(),
-                    keep_payload: *keep_payload,
-                    keep_identity: *keep_identity,
+                .map(|s| Rule {
+                    source: s.name.clone(),
+                    keep_payload: s.keep_payload,
+                    keep_identity: s.keep_identity,
                 })
                 .collect();
             commands::prune::run(db, &rules, args, out)

@@ -1,5 +1,6 @@
 //! `hookinbox dead`: deliveries whose target gave up (a permanent refusal such as 410, or
-//! retries exhausted), newest first: the candidates for replay.
+//! retries exhausted), newest first: the candidates for replay. Each row names both ids a
+//! replay can take: the delivery (`replay --delivery N`) and its event (`replay EVENT`).
 
 use std::io::Write;
 use std::path::Path;
@@ -109,6 +110,7 @@ pub fn run(db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
     }
     let mut table = Table::new(&[
         "delivery",
+        "event",
         "died",
         "source",
         "event id",
@@ -119,6 +121,7 @@ pub fn run(db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
     for d in &dead {
         table.row([
             d.delivery.to_string(),
+            d.event.to_string(),
             d.died_at.clone(),
             d.source.clone(),
             d.event_id.clone(),
@@ -128,5 +131,12 @@ pub fn run(db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
         ]);
     }
     table.write(out)?;
+    if !dead.is_empty() {
+        writeln!(
+            out,
+            "replay one delivery: hookinbox replay --delivery DELIVERY; every delivery of an \
+             event: hookinbox replay EVENT; all of them: hookinbox replay --dead"
+        )?;
+    }
     Ok(())
 }

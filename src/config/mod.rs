@@ -254,8 +254,17 @@ pub fn load_for(path: &Path, purpose: Purpose) -> anyhow::Result<Config> {
 pub struct Offline {
     pub path: PathBuf,
     pub store: Store,
-    /// (source, keep_payload, keep_identity), as configured.
-    pub retention: Vec<(String, Duration, Duration)>,
+    pub sources: Vec<OfflineSource>,
+}
+
+/// One source as the operator commands see it.
+#[derive(Debug, Clone)]
+pub struct OfflineSource {
+    pub name: String,
+    pub keep_payload: Duration,
+    pub keep_identity: Duration,
+    /// Its targets' names.
+    pub targets: Vec<String>,
 }
 
 /// Reads the config for the operator commands: the same parsing, no secrets.
@@ -278,10 +287,15 @@ pub fn load_offline(path: &Path) -> anyhow::Result<Offline> {
             path: base.join(&raw.store.path),
             synchronous: raw.store.synchronous,
         },
-        retention: raw
+        sources: raw
             .sources
             .into_iter()
-            .map(|s| (s.name, s.keep_payload, s.keep_identity))
+            .map(|s| OfflineSource {
+                name: s.name,
+                keep_payload: s.keep_payload,
+                keep_identity: s.keep_identity,
+                targets: s.targets.into_iter().map(|t| t.name).collect(),
+            })
             .collect(),
     })
 }

@@ -463,11 +463,15 @@ async fn conflicts_and_dead_deliveries_are_listed() {
     let mut lines = table.lines();
     let header = lines.next().unwrap();
     assert!(
-        header.starts_with("DELIVERY  DIED") && header.ends_with("ATTEMPTS  LAST ERROR"),
+        header.starts_with("DELIVERY  EVENT  DIED") && header.ends_with("ATTEMPTS  LAST ERROR"),
         "{table}"
     );
     let row = lines.next().unwrap();
     assert!(row.contains("msg_dead") && row.contains("410"), "{table}");
+    assert!(
+        lines.next().unwrap().starts_with("replay one delivery: "),
+        "{table}"
+    );
     assert!(lines.next().is_none());
     server.stop().await;
 }

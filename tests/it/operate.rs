@@ -85,6 +85,129 @@ async fn replay_of_a_dead_delivery_reaches_the_target_again_under_the_same_key()
     server.stop().await;
 }
 
+#[tokio::test]
+async fn dead_prints_the_ids_replay_takes_and_replay_lists_what_it_requeues() {
+    let sink = Sink::start(|_, _| Reply::Status(410)).await;
+    // Two targets per event, so that delivery ids and event ids part ways: event 1 has
+    // deliveries 1 and 2, event 2 has 3 and 4.
+    let sources = forwarding(&sink.url(), "timeout = \"2s\"")
+        + "[[sources.targets]]\nname = \"audit\"\ncommand = [\"/bin/true\"]\n";
+    let server = TestServer::start(&sources).await;
+    for id in ["evt_a", "evt_b"] {
+        let req = server.sign("sw", id, &event_body(id, ""));
+        assert_eq!(server.post("sw", &req).await.0, 200);
+    }
+    let conn = server.read();
+    let dead = "SELECT count(*) FROM deliveries WHERE state = 'dead'";
+    assert_eq!(wait_for_count(&conn, dead, 2).await, 2);
+    let config = config_arg(&server);
+
+    let (code, out, err) = hookinbox(&["dead", "--json", "--config", &config]);
+    assert_eq!(code, 0, "{err}");
+    let listed: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let b = listed["dead"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["event_id"] == "evt_b")
+        .unwrap()
+        .clone();
+    let (delivery, event) = (
+        b["delivery"].as_i64().unwrap(),
+        b["event"].as_i64().unwrap(),
+    );
+    assert_ne!(delivery, event, "{listed}");
+    let (_, table, _) = hookinbox(&["dead", "--config", &config]);
+    assert!(table.starts_with("DELIVERY  EVENT  DIED"), "{table}");
+    assert!(table.contains("replay --delivery DELIVERY"), "{table}");
+
+    // --delivery takes the DELIVERY column: exactly that delivery, of evt_b.
+    let (code, out, err) = hookinbox(&[
+        "replay",
+        "--delivery",
+        &delivery.to_string(),
+        "--dry-run",
+        "--config",
+        &config,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("would re-queue 1 deliveries"), "{out}");
+    let row = out
+        .lines()
+        .find(|l| l.contains("evt_b"))
+        .unwrap_or_else(|| panic!("{out}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(
+        cells,
+        [
+            &delivery.to_string()[..],
+            &event.to_string()[..],
+            "sw",
+            "evt_b",
+            "app",
+            "dead"
+        ],
+        "{out}"
+    );
+    assert!(!out.contains("evt_a"), "{out}");
+    // The EVENT column, with the event's every delivery that can be replayed.
+    let (_, out, _) = hookinbox(&[
+        "replay",
+        &event.to_string(),
+        "--dry-run",
+        "--json",
+        "--config",
+        &config,
+    ]);
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let targets: Vec<&str> = report["deliveries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["target"].as_str().unwrap())
+        .collect();
+    assert_eq!(targets, ["app", "audit"], "{report}");
+    // Nothing changed in the dry runs; now for real.
+    assert_eq!(wait_for_count(&conn, dead, 2).await, 2);
+    let (code, out, err) = hookinbox(&[
+        "replay",
+        "--delivery",
+        &delivery.to_string(),
+        "--config",
+        &config,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("re-queued 1 deliveries") && out.contains("evt_b"),
+        "{out}"
+    );
+    let (code, _, err) = hookinbox(&["replay", "--delivery", "999", "--config", &config]);
+    assert_eq!(code, 4, "{err}");
+
+    // Unknown names are errors that say what there is.
+    let (code, _, err) = hookinbox(&["replay", "--dead", "--source", "strpe", "--config", &config]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("no source \"strpe\"") && err.contains("sources are: sw"),
+        "{err}"
+    );
+    let (code, _, err) = hookinbox(&["replay", "--dead", "--target", "ap", "--config", &config]);
+    assert_eq!(code, 1);
+    assert!(err.contains("targets are: sw/app, sw/audit"), "{err}");
+    let db = server.db.display().to_string();
+    let (code, _, err) = hookinbox(&["replay", "--dead", "--target", "ap", "--db", &db]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("in the inbox") && err.contains("sw/app, sw/audit"),
+        "{err}"
+    );
+    // prune says what it needs beyond the inbox.
+    let (code, _, err) = hookinbox(&["prune", "--db", &db]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("--config"), "{err}");
+    server.stop().await;
+}
+
 /// Checks the exposition format line by line: comments, `name{labels} value` samples with
 /// numeric values, and the closing `# EOF`.
 fn assert_valid_prometheus_text(text: &str) {
