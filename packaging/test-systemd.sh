@@ -18,13 +18,14 @@
 # says SKIPPED and exits 0; with HOOKINBOX_REQUIRE_SYSTEMD=1 it fails instead.
 # HOOKINBOX_DEB=FILE tests that package instead of target/debian's newest (which is built
 # with packaging/build-deb.sh when missing or older than the sources).
+# HOOKINBOX_TEST_MIRROR=URI debootstraps from that Debian mirror instead of the apt sources'.
 # HOOKINBOX_SYSTEMD_KNOWN_FAIL=reload reports that check's failure and goes on.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SUITE=bookworm
-# minbase plus what the test uses (sudo, sqlite3, curl) and what a Debian system has
-# (procps: /bin/kill). The package itself depends on adduser and libc.
+# minbase plus what the test uses (sudo, sqlite3, curl) and what every Debian system has
+# (procps: ps, and /bin/kill for units that use it). The package depends on adduser and libc.
 BASE_PKGS="adduser sudo sqlite3 curl procps"
 # Added on top of that for the container that boots.
 SYSTEMD_PKGS="systemd systemd-sysv dbus"
@@ -107,12 +108,25 @@ poweroff() {
     rm -rf "/run/systemd/nspawn/propagate/$MACHINE" 2>/dev/null || true
 }
 
+# remove DIR...: a root file system, never what may still be mounted inside it (debootstrap
+# mounts /proc and /sys in its target while it runs).
+remove() {
+    local d m
+    for d in "$@"; do
+        [ -e "$d" ] || continue
+        for m in $(awk -v p="$(realpath "$d")/" 'index($2 "/", p) == 1 { print $2 }' /proc/mounts | sort -r); do
+            umount -l "$m" 2>/dev/null || true
+        done
+        rm -rf --one-file-system "$d"
+    done
+}
+
 cleanup() {
     local rc=$?
     trap - EXIT
     poweroff
     if [ -n "$work" ]; then
-        rm -rf "$work"
+        remove "$work"
     fi
     exit "$rc"
 }
@@ -242,7 +256,7 @@ build_rootfs() {
     if ! debootstrap --variant=minbase --include="${BASE_PKGS// /,}" "$SUITE" "$tmp/root" "$mirror" \
         >"$tmp/debootstrap.log" 2>&1; then
         tail -n 20 "$tmp/debootstrap.log" >&2
-        rm -rf "$tmp"
+        remove "$tmp"
         cannot "debootstrap $SUITE from $mirror failed"
     fi
     echo hookinbox-test >"$tmp/root/etc/hostname"
@@ -256,14 +270,14 @@ build_rootfs() {
             apt-get install -y -qq --no-install-recommends $SYSTEMD_PKGS && apt-get clean && \
             rm -rf /var/lib/apt/lists/*" >"$tmp/systemd.log" 2>&1; then
         tail -n 20 "$tmp/systemd.log" >&2
-        rm -rf "$tmp"
+        remove "$tmp"
         cannot "installing $SYSTEMD_PKGS into the $SUITE root file system failed"
     fi
     tar -C "$tmp/root" --numeric-owner -I 'zstd -q -T0' -cf "$tmp/systemd.tar.zst" .
     rm -f "$CACHE/$SUITE"-base-*.tar.zst "$CACHE/$SUITE"-systemd-*.tar.zst
     mv "$tmp/base.tar.zst" "$base_tar"
     mv "$tmp/systemd.tar.zst" "$systemd_tar"
-    rm -rf "$tmp"
+    remove "$tmp"
 }
 
 # unpack TAR DIR
@@ -277,7 +291,7 @@ unpack() {
     # One build at a time; a second run waits and then finds the cache.
     flock 9
     if [ ! -e "$base_tar" ] || [ ! -e "$systemd_tar" ]; then
-        rm -rf "$CACHE"/build.*
+        remove "$CACHE"/build.*
         build_rootfs
     else
         say "using the cached $SUITE root file systems ($key)"
@@ -333,7 +347,7 @@ if ! out=$(chroot_run "$work/nosd" dpkg --purge hookinbox 2>&1); then
     fail "install without systemd: dpkg --purge failed:\n$out"
 fi
 ok "installs without systemd: dpkg -i exits 0, adduser made the user, the directories are in place; reinstall and purge exit 0"
-rm -rf "$work/nosd"
+remove "$work/nosd"
 
 # --- The container ----------------------------------------------------------------------
 
@@ -474,6 +488,9 @@ if out=$(in_ct systemctl reload hookinbox 2>&1); then
     check_failed reload "reload: systemctl reload exited 0 on a config that does not load (ExecReload=$execreload)"
 else
     ok "systemctl reload with an unknown key in the config: refused, exit non-zero"
+    if known_fail reload; then
+        say "note: the reload check passes now; HOOKINBOX_SYSTEMD_KNOWN_FAIL=reload is no longer needed"
+    fi
 fi
 [ "$(in_ct systemctl is-active hookinbox 2>&1 || true)" = active ] || fail "reload: the service is not active after a refused reload"
 [ "$(prop MainPID)" = "$pid" ] || fail "reload: the service was restarted by a refused reload"

@@ -79,6 +79,12 @@ pub enum Command {
     /// Queue deliveries again under their idempotency keys: one event, every dead delivery,
     /// or a time range (a running `serve` sends them within a second)
     Replay(commands::replay::Args),
+    /// Ask the running serve to reload its configuration, and wait for the answer (exit 1
+    /// when it was refused; the unit's ExecReload)
+    ///
+    /// The same as SIGHUP, but it tells: `systemctl reload hookinbox` fails with the reason
+    /// instead of reporting success the moment the signal is sent.
+    Reload(commands::reload::Args),
     /// Apply the retention windows now (serve does it every 10 minutes)
     Prune(commands::prune::Args),
     /// Write a consistent, checked copy of the inbox while serve runs
@@ -127,6 +133,13 @@ pub fn run(cli: Cli) -> Exit {
         Command::Generate { out_dir } => {
             commands::generate::run(out_dir, &mut std::io::stdout().lock())
         }
+        // Reload must work while the file is broken: that is when it must say "refused".
+        Command::Reload(args) => commands::reload::run(
+            &path,
+            cli.db.as_deref(),
+            args,
+            &mut std::io::stdout().lock(),
+        ),
         Command::Serve | Command::Check | Command::Sign { .. } => {
             let purpose = match &cli.command {
                 Command::Check => config::Purpose::Check,
@@ -262,7 +275,11 @@ fn offline_command(
         }
         Command::Conflicts(args) => commands::conflicts::run(db, args, out),
         Command::Dead(args) => commands::dead::run(db, args, out),
-        Command::Serve | Command::Check | Command::Sign { .. } | Command::Generate { .. } => {
+        Command::Serve
+        | Command::Check
+        | Command::Sign { .. }
+        | Command::Generate { .. }
+        | Command::Reload(_) => {
             unreachable!("dispatched by run")
         }
     }

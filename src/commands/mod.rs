@@ -8,6 +8,7 @@ pub mod dead;
 pub mod events;
 pub mod generate;
 pub mod prune;
+pub mod reload;
 pub mod replay;
 pub mod serve;
 pub mod show;

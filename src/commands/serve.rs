@@ -19,6 +19,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Mutex, oneshot, watch};
 use tokio::task::JoinHandle;
 
+use super::reload;
 use crate::admin::Admin;
 use crate::config::{self, Config, Source};
 use crate::deliver::{self, Deliverer};
@@ -28,21 +29,6 @@ use crate::receive::listener::{self, Limits};
 use crate::receive::tls;
 use crate::store::writer::Writer;
 use crate::store::{self, retention};
-
-/// The settings only a restart applies: listeners, limits, the store.
-type Fixed = (
-    (std::net::SocketAddr, u64, Duration, Duration, usize, bool),
-    config::Admin,
-    config::Store,
-);
-
-fn fixed(config: &Config) -> Fixed {
-    (
-        config.server.fixed(),
-        config.admin.clone(),
-        config.store.clone(),
-    )
-}
 
 /// Marks dead the pending deliveries of targets no longer configured (see
 /// [`queue::retire_unknown_targets`]).
@@ -75,6 +61,20 @@ fn log_advice(config: &Config) {
     }
 }
 
+/// Writes how the last reload went beside the inbox, for `hookinbox reload`. A failure to
+/// write is logged: the reload itself stands, and `hookinbox reload` then times out with
+/// a message pointing at the log.
+fn report_reload(db: &std::path::Path, reloads: u64, result: anyhow::Result<String>) {
+    let status = match result {
+        Ok(applied) => reload::Status::new(reloads, true, applied),
+        Err(e) => reload::Status::new(reloads, false, format!("{e:#}")),
+    };
+    if let Err(e) = reload::write_status(db, &status) {
+        tracing::warn!(error = %e, path = %reload::path_for(db).display(),
+            "could not write the reload status; `hookinbox reload` will not hear the answer");
+    }
+}
+
 /// Tells systemd; a failure to (no socket, a full buffer) must not stop the service.
 fn notify(state: &[NotifyState]) {
     if let Err(e) = sd_notify::notify(state) {
@@ -99,7 +99,7 @@ pub struct Running {
     retention: retention::Settings,
     tls: Option<tls::Acceptor>,
     /// What a reload cannot change without a restart.
-    fixed: Fixed,
+    restart_only: config::RestartOnly,
     stop: oneshot::Sender<()>,
     done: JoinHandle<()>,
 }
@@ -148,16 +148,16 @@ impl Running {
     }
 
     /// Applies a new configuration's sources (schemes, secrets, targets, ordering,
-    /// retention) without dropping anything in flight: requests already running finish
-    /// with the configuration they started with. Listener and store settings need a
-    /// restart; a change to them is logged, not applied.
-    pub async fn reload(&self, config: Config) -> anyhow::Result<()> {
-        if fixed(&config) != self.fixed {
-            tracing::warn!(
-                "[server], [admin] and [store] changes need a restart; they are not applied"
-            );
-        }
-        // Everything that can fail is prepared before anything is switched.
+    /// retention, TLS files, trusted proxies) without dropping anything in flight: requests
+    /// already running finish with the configuration they started with. Listener and store
+    /// settings need a restart; a change to them is named in the log and the answer, not
+    /// applied.
+    ///
+    /// All or nothing: everything that can fail (TLS files, the targets' clients, retiring
+    /// the deliveries of removed targets, a write) is done before anything is switched, and
+    /// the switch itself cannot fail. Returns what was applied, in words.
+    pub async fn reload(&self, config: Config) -> anyhow::Result<String> {
+        let needs_restart = self.restart_only.differences(&config.restart_only());
         let tls_config = match (&self.tls, &config.server.tls) {
             (Some(_), Some(files)) => {
                 Some(tls::server_config(files).map_err(|e| anyhow::anyhow!("server.tls: {e}"))?)
@@ -165,22 +165,34 @@ impl Running {
             _ => None,
         };
         let sources: Vec<Arc<Source>> = config.sources.into_iter().map(Arc::new).collect();
+        let planned = Deliverer::plan(&sources).context("setting up the delivery targets")?;
         let mut deliverer = self.deliverer.lock().await;
         let Some(deliverer) = deliverer.as_mut() else {
             anyhow::bail!("shutting down");
         };
-        let wakeups = deliverer
-            .reload(&sources)
-            .context("setting up the delivery targets")?;
+        // The last fallible step. Done before the switch, the old loops may still be
+        // finishing attempts of a removed target; they record those, and claim nothing
+        // retired.
+        retire_unknown_targets(&self.writer, &sources)
+            .await
+            .context("retiring the deliveries of removed targets")?;
+
+        deliverer.switch(planned);
         self.receiver
-            .reload(&sources, wakeups, config.server.trusted_proxies.clone());
+            .reload(&sources, config.server.trusted_proxies.clone());
         if let (Some(acceptor), Some(tls_config)) = (&self.tls, tls_config) {
             acceptor.swap(tls_config);
         }
         self.retention.replace(&sources);
-        retire_unknown_targets(&self.writer, &sources).await?;
-        tracing::info!(sources = sources.len(), "reloaded the configuration");
-        Ok(())
+        let targets: usize = sources.iter().map(|s| s.targets.len()).sum();
+        let mut applied = format!("{} sources with {targets} targets", sources.len());
+        if !needs_restart.is_empty() {
+            let keys = needs_restart.join(", ");
+            tracing::warn!("{keys} changed; only a restart applies them");
+            applied.push_str(&format!(" ({keys} changed: a restart applies them)"));
+        }
+        tracing::info!("reloaded the configuration: {applied}");
+        Ok(applied)
     }
 }
 
@@ -244,12 +256,11 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         tls: None,
     };
     let readers = store::read::pool(&store_path);
-    let fixed = fixed(&config);
+    let restart_only = config.restart_only();
     let sources: Vec<Arc<Source>> = config.sources.into_iter().map(Arc::new).collect();
     retire_unknown_targets(&writer, &sources).await?;
-    let (deliverer, wakeups) =
-        Deliverer::start(&sources, writer.clone(), readers.clone(), metrics.clone())
-            .context("setting up the delivery targets")?;
+    let deliverer = Deliverer::start(&sources, writer.clone(), readers.clone(), metrics.clone())
+        .context("setting up the delivery targets")?;
     let delivery_health = deliverer.health();
     let delivery = delivery_health.clone();
     let writer_handle = writer.clone();
@@ -266,7 +277,6 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         &config.server,
         writer.clone(),
         metrics.clone(),
-        wakeups,
     ));
     let admin_handler = Arc::new(Admin {
         metrics: metrics.clone(),
@@ -327,7 +337,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         delivery,
         retention,
         tls,
-        fixed,
+        restart_only,
         stop,
         done,
     })
@@ -342,12 +352,16 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let mut hup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
     log_advice(&config);
     let path = config.path.clone();
-    let sources = config.sources.len();
+    let db = config.store.path.clone();
+    let mut sources = config.sources.len();
     let running = start(config).await?;
     // The inbox is open and migrated, both listeners are bound, the writer answered: ready.
     // (Outside systemd, NOTIFY_SOCKET is unset and these do nothing.)
-    let status = format!("serving {sources} sources on {}", running.public_addr);
-    notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
+    let serving = |sources: usize| format!("serving {sources} sources on {}", running.public_addr);
+    notify(&[NotifyState::Ready, NotifyState::Status(&serving(sources))]);
+    // `hookinbox reload` (the unit's ExecReload) reads how each reload went from here.
+    let mut reloads = 0;
+    report_reload(&db, reloads, Ok("started".into()));
     // The watchdog is fed only while the writer and the worker really work; a bare timer
     // would prove nothing.
     // The watchdog task holds a writer handle: it is stopped before the shutdown.
@@ -356,15 +370,31 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         tokio::select! {
             _ = term.recv() => break,
             _ = int.recv() => break,
-            _ = hup.recv() => match config::load(&path) {
-                Ok(new) => {
-                    log_advice(&new);
-                    if let Err(e) = running.reload(new).await {
-                        tracing::error!("reload failed: {e:#}; the running configuration stays");
+            _ = hup.recv() => {
+                let result = match config::load(&path) {
+                    Ok(new) => {
+                        log_advice(&new);
+                        let count = new.sources.len();
+                        running.reload(new).await.map(|applied| (count, applied))
                     }
-                }
-                Err(e) => tracing::error!("reload refused: {e:#}; the running configuration stays"),
-            },
+                    Err(e) => Err(e),
+                };
+                reloads += 1;
+                let at = crate::clock::iso_now();
+                let status = match &result {
+                    Ok((count, _)) => {
+                        sources = *count;
+                        format!("{}; reloaded at {at}", serving(sources))
+                    }
+                    Err(e) => {
+                        tracing::error!("reload refused: {e:#}; the running configuration stays");
+                        let why: String = format!("{e:#}").chars().take(200).collect();
+                        format!("{}; the reload at {at} was refused: {why}", serving(sources))
+                    }
+                };
+                notify(&[NotifyState::Status(&status)]);
+                report_reload(&db, reloads, result.map(|(_, applied)| applied));
+            }
         }
     }
     tracing::info!("shutting down: no new connections or claims; finishing what is in flight");

@@ -109,20 +109,6 @@ pub struct Tls {
     pub key: PathBuf,
 }
 
-impl Server {
-    /// The settings a reload cannot change (TLS files and trusted proxies it can).
-    pub fn fixed(&self) -> (SocketAddr, u64, Duration, Duration, usize, bool) {
-        (
-            self.listen,
-            self.max_body,
-            self.header_timeout,
-            self.body_timeout,
-            self.max_connections,
-            self.tls.is_some(),
-        )
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Admin {
     /// `/metrics`, `/healthz`, `/readyz`. Local by default; never meant to be public.
@@ -300,6 +286,23 @@ pub fn load_offline(path: &Path) -> anyhow::Result<Offline> {
     })
 }
 
+/// Only `store.path` of the file at `path`, read as loosely as the TOML allows (unknown or
+/// invalid keys elsewhere do not matter): `hookinbox reload` must find the inbox of a
+/// running serve even when the file was just broken.
+pub fn inbox_path(path: &Path) -> anyhow::Result<PathBuf> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("cannot read config file {}: {e}", path.display()))?;
+    let table: toml::Table = toml::from_str(&text)
+        .map_err(|e| anyhow::anyhow!("config file {}: {e}", path.display()))?;
+    let store = table
+        .get("store")
+        .and_then(|s| s.get("path"))
+        .and_then(|p| p.as_str())
+        .filter(|p| !p.is_empty())
+        .ok_or_else(|| anyhow::anyhow!("config file {}: no store.path", path.display()))?;
+    Ok(path.parent().unwrap_or(Path::new(".")).join(store))
+}
+
 /// Parses and validates configuration text; `path` is used in messages and to resolve a
 /// relative store path.
 pub fn from_str(text: &str, path: &Path, credentials: Option<&Path>) -> anyhow::Result<Config> {
@@ -321,6 +324,75 @@ fn parse(
 impl Config {
     pub fn source(&self, name: &str) -> Option<&Source> {
         self.sources.iter().find(|s| s.name == name)
+    }
+
+    /// The settings only a restart applies.
+    pub fn restart_only(&self) -> RestartOnly {
+        RestartOnly {
+            listen: self.server.listen,
+            max_body: self.server.max_body,
+            header_timeout: self.server.header_timeout,
+            body_timeout: self.server.body_timeout,
+            max_connections: self.server.max_connections,
+            tls: self.server.tls.is_some(),
+            admin: self.admin.clone(),
+            store: self.store.clone(),
+        }
+    }
+}
+
+/// What a reload cannot change: the listeners, their limits, the store (TLS files and
+/// trusted proxies it can, and everything about sources). A reload compares the whole and
+/// names what differs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestartOnly {
+    pub listen: SocketAddr,
+    pub max_body: u64,
+    pub header_timeout: Duration,
+    pub body_timeout: Duration,
+    pub max_connections: usize,
+    /// Whether the listener speaks TLS (its files reload; switching it on or off does not).
+    pub tls: bool,
+    pub admin: Admin,
+    pub store: Store,
+}
+
+impl RestartOnly {
+    /// The keys whose values differ in `other`, as the file names them.
+    pub fn differences(&self, other: &RestartOnly) -> Vec<&'static str> {
+        let RestartOnly {
+            listen,
+            max_body,
+            header_timeout,
+            body_timeout,
+            max_connections,
+            tls,
+            admin: Admin {
+                listen: admin_listen,
+            },
+            store: Store { path, synchronous },
+        } = self;
+        // Destructured above, to the last field, so that a new one cannot be forgotten.
+        [
+            ("server.listen", *listen != other.listen),
+            ("server.max_body", *max_body != other.max_body),
+            (
+                "server.header_timeout",
+                *header_timeout != other.header_timeout,
+            ),
+            ("server.body_timeout", *body_timeout != other.body_timeout),
+            (
+                "server.max_connections",
+                *max_connections != other.max_connections,
+            ),
+            ("server.tls", *tls != other.tls),
+            ("admin.listen", *admin_listen != other.admin.listen),
+            ("store.path", *path != other.store.path),
+            ("store.synchronous", *synchronous != other.store.synchronous),
+        ]
+        .into_iter()
+        .filter_map(|(name, differs)| differs.then_some(name))
+        .collect()
     }
 }
 

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::clock;
@@ -41,25 +41,6 @@ const RELOAD_DRAIN: Duration = Duration::from_secs(3600);
 const CLAIM_BATCH_WAIT: Duration = Duration::from_millis(100);
 /// Pause after the writer refused a claim (the inbox is failing), so the loop does not spin.
 const CLAIM_BACKOFF: Duration = Duration::from_secs(1);
-
-/// Wakes a source's target tasks when a new event was committed, so delivery starts at
-/// once instead of at the next poll.
-#[derive(Clone, Default)]
-pub struct Wakeups(Arc<HashMap<String, Vec<Arc<Notify>>>>);
-
-impl Wakeups {
-    pub fn wake(&self, source: &str) {
-        for n in self.0.get(source).into_iter().flatten() {
-            n.notify_one();
-        }
-    }
-
-    fn wake_all(&self) {
-        for n in self.0.values().flatten() {
-            n.notify_one();
-        }
-    }
-}
 
 /// What one attempt sees.
 pub struct Attempt<'a> {
@@ -228,6 +209,9 @@ fn unix_millis() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// A configuration's targets, ready to start ([`Deliverer::plan`]).
+pub struct Planned(Vec<Arc<TargetRun>>);
+
 /// The loops started from one configuration.
 struct Generation {
     /// None while running; Some(drain) once told to stop: how long its attempts may take.
@@ -245,77 +229,75 @@ pub struct Deliverer {
 }
 
 impl Deliverer {
-    /// Starts one task per target and the sweeper. Returns the wake-ups for the receiver.
+    /// Starts one task per target and the sweeper. Each target's loop wakes when its
+    /// source's commits are announced through the writer.
     pub fn start(
         sources: &[Arc<Source>],
         writer: Writer,
         readers: read::Pool,
         metrics: Arc<Metrics>,
-    ) -> anyhow::Result<(Deliverer, Wakeups)> {
+    ) -> anyhow::Result<Deliverer> {
         let shared = Shared {
             writer,
             readers,
             metrics,
         };
         let health = Arc::new(Health::default());
-        let (current, wakeups) = Self::generation(sources, &shared, &health)?;
-        let deliverer = Deliverer {
+        let current = Self::spawn(Self::plan(sources)?, &shared, &health);
+        Ok(Deliverer {
             shared,
             current,
             retiring: Vec::new(),
             health,
-        };
-        Ok((deliverer, wakeups))
+        })
     }
 
-    fn generation(
-        sources: &[Arc<Source>],
-        shared: &Shared,
-        health: &Health,
-    ) -> anyhow::Result<(Generation, Wakeups)> {
-        let (stop, stopped) = watch::channel(None);
+    /// Everything about a configuration's targets that can fail (an HTTP client, a signing
+    /// key), done before any loop starts, so that a reload either switches whole or not
+    /// at all.
+    pub fn plan(sources: &[Arc<Source>]) -> anyhow::Result<Planned> {
         let mut runs = Vec::new();
-        let mut wakeups: HashMap<String, Vec<Arc<Notify>>> = HashMap::new();
         for source in sources {
             for target in &source.targets {
-                let notify = Arc::new(Notify::new());
-                wakeups
-                    .entry(source.name.clone())
-                    .or_default()
-                    .push(notify.clone());
-                runs.push((Arc::new(TargetRun::new(source, target)?), notify));
+                runs.push(Arc::new(TargetRun::new(source, target)?));
             }
         }
-        let wakeups = Wakeups(Arc::new(wakeups));
-        let shortest_lease = runs.iter().map(|(t, _)| t.lease).min();
+        Ok(Planned(runs))
+    }
+
+    fn spawn(planned: Planned, shared: &Shared, health: &Health) -> Generation {
+        let Planned(runs) = planned;
+        let (stop, stopped) = watch::channel(None);
+        let shortest_lease = runs.iter().map(|t| t.lease).min();
         let mut tasks = JoinSet::new();
         let mut beats = Vec::new();
-        for (target, notify) in runs {
+        for target in runs {
             let beat = Arc::new(AtomicU64::new(unix_millis()));
             beats.push((format!("{}/{}", target.source, target.name), beat.clone()));
+            let commits = shared.writer.commits().subscribe(&target.source);
             tasks.spawn(run_target(
                 target,
                 shared.clone(),
-                notify,
+                commits,
                 stopped.clone(),
                 beat,
             ));
         }
         if let Some(lease) = shortest_lease {
-            tasks.spawn(sweeper(lease, shared.clone(), wakeups.clone(), stopped));
+            tasks.spawn(sweeper(lease, shared.clone(), stopped));
         }
         *health
             .beats
             .lock()
             .expect("no panics while holding the lock") = beats;
-        Ok((Generation { stop, tasks }, wakeups))
+        Generation { stop, tasks }
     }
 
-    /// Switches to the targets of a new configuration: the old loops stop claiming and
-    /// finish their attempts in the background; new loops start at once. A claim is atomic,
-    /// so the two never take the same delivery.
-    pub fn reload(&mut self, sources: &[Arc<Source>]) -> anyhow::Result<Wakeups> {
-        let (next, wakeups) = Self::generation(sources, &self.shared, &self.health)?;
+    /// Switches to the targets of a new configuration, planned beforehand (this cannot
+    /// fail): the old loops stop claiming and finish their attempts in the background; new
+    /// loops start at once. A claim is atomic, so the two never take the same delivery.
+    pub fn switch(&mut self, planned: Planned) {
+        let next = Self::spawn(planned, &self.shared, &self.health);
         for g in &mut self.retiring {
             while g.tasks.try_join_next().is_some() {}
         }
@@ -324,7 +306,6 @@ impl Deliverer {
         // A reload is no emergency: the old attempts finish within their own timeouts.
         let _ = old.stop.send(Some(RELOAD_DRAIN));
         self.retiring.push(old);
-        Ok(wakeups)
     }
 
     pub fn health(&self) -> Arc<Health> {
@@ -350,12 +331,7 @@ fn sweep_interval(shortest_lease: Duration) -> Duration {
     (shortest_lease / 2).clamp(Duration::from_millis(500), Duration::from_secs(30))
 }
 
-async fn sweeper(
-    lease: Duration,
-    shared: Shared,
-    wakeups: Wakeups,
-    mut stop: watch::Receiver<Option<Duration>>,
-) {
+async fn sweeper(lease: Duration, shared: Shared, mut stop: watch::Receiver<Option<Duration>>) {
     let mut tick = tokio::time::interval(sweep_interval(lease));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -370,7 +346,7 @@ async fn sweeper(
                     deliveries = n,
                     "leases expired (an attempt never finished); queued again under the same keys"
                 );
-                wakeups.wake_all();
+                shared.writer.commits().all();
             }
             Err(e) => tracing::warn!(error = %e, "sweeping expired leases failed; will try again"),
         }
@@ -378,11 +354,12 @@ async fn sweeper(
 }
 
 /// One target's loop: claim what is due (up to the free concurrency), start an attempt
-/// task per claim, sleep until something is due, a new event arrives or an attempt ends.
+/// task per claim, sleep until something is due, a new event is committed or an attempt
+/// ends.
 async fn run_target(
     t: Arc<TargetRun>,
     shared: Shared,
-    wake: Arc<Notify>,
+    mut commits: watch::Receiver<()>,
     mut stop: watch::Receiver<Option<Duration>>,
     beat: Arc<AtomicU64>,
 ) {
@@ -448,7 +425,8 @@ async fn run_target(
             }
         }
         tokio::select! {
-            () = wake.notified() => {}
+            // The writer lives as long as this loop's handle to it: never an error.
+            _ = commits.changed() => {}
             Some(_) = inflight.join_next(), if !inflight.is_empty() => {}
             () = tokio::time::sleep(wait) => {}
             changed = stop.changed() => if changed.is_err() { break },

@@ -26,7 +26,6 @@ use hyper::http::{HeaderMap, Method};
 use hyper::{Request, Response};
 
 use crate::config::{self, Order, Source};
-use crate::deliver::Wakeups;
 use crate::metrics::Metrics;
 use crate::proxy::{self, Cidr};
 use crate::scheme::{Input, Verdict};
@@ -53,13 +52,12 @@ struct SourceState {
 /// finishes with the configuration it started with.
 struct Live {
     sources: HashMap<String, SourceState>,
-    wakeups: Wakeups,
     /// Peers whose X-Forwarded-For is believed.
     trusted_proxies: Vec<Cidr>,
 }
 
 impl Live {
-    fn new(sources: &[Arc<Source>], wakeups: Wakeups, trusted_proxies: Vec<Cidr>) -> Live {
+    fn new(sources: &[Arc<Source>], trusted_proxies: Vec<Cidr>) -> Live {
         let sources = sources
             .iter()
             .map(|s| {
@@ -74,7 +72,6 @@ impl Live {
             .collect();
         Live {
             sources,
-            wakeups,
             trusted_proxies,
         }
     }
@@ -95,14 +92,9 @@ impl Receiver {
         server: &config::Server,
         writer: Writer,
         metrics: Arc<Metrics>,
-        wakeups: Wakeups,
     ) -> Receiver {
         Receiver {
-            live: RwLock::new(Arc::new(Live::new(
-                sources,
-                wakeups,
-                server.trusted_proxies.clone(),
-            ))),
+            live: RwLock::new(Arc::new(Live::new(sources, server.trusted_proxies.clone()))),
             writer,
             metrics,
             max_body: server.max_body,
@@ -111,15 +103,14 @@ impl Receiver {
     }
 
     /// Serves new requests with these sources (secrets, schemes, targets) from now on.
-    pub fn reload(&self, sources: &[Arc<Source>], wakeups: Wakeups, trusted_proxies: Vec<Cidr>) {
-        let live = Arc::new(Live::new(sources, wakeups, trusted_proxies));
+    pub fn reload(&self, sources: &[Arc<Source>], trusted_proxies: Vec<Cidr>) {
+        let live = Arc::new(Live::new(sources, trusted_proxies));
         *self.live.write().expect("no panics while holding the lock") = live;
     }
 
     async fn receive(
         &self,
         source: &SourceState,
-        wakeups: &Wakeups,
         client: IpAddr,
         req: Request<Incoming>,
     ) -> (Outcome, Option<String>) {
@@ -192,7 +183,6 @@ impl Receiver {
         };
         let outcome = match self.writer.ingest(event).await {
             Ok(Stored::New) => {
-                wakeups.wake(&source.name);
                 if let Some(signed) = provider_time {
                     let lag = clock::unix_now().saturating_sub(signed).max(0);
                     self.metrics.receipt_lag_seconds.observe(lag as f64);
@@ -227,7 +217,7 @@ impl listener::Handler for Receiver {
             return Outcome::MethodNotAllowed.response();
         }
         let client = proxy::client(peer.ip(), req.headers(), &live.trusted_proxies);
-        let (outcome, event_id) = self.receive(source, &live.wakeups, client, req).await;
+        let (outcome, event_id) = self.receive(source, client, req).await;
         let status = outcome.status();
         self.metrics.request(&source.name, outcome.label());
         let event_id = event_id.as_deref().unwrap_or("-");

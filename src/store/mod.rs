@@ -6,6 +6,7 @@
 //! connections ([`read`]) and never block the writer (WAL). One `serve` holds an inbox at a
 //! time ([`lock`]).
 
+pub mod commits;
 pub mod ingest;
 pub mod lock;
 pub mod queue;

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::{mpsc, oneshot};
 
+use super::commits::Commits;
 use super::ingest::{self, NewEvent, Stored};
 use super::queue::{self, ClaimRequest, Claimed, Finished, Recorded};
 use crate::clock;
@@ -127,6 +128,7 @@ pub struct Health {
 pub struct Writer {
     tx: mpsc::Sender<Op>,
     health: Arc<Health>,
+    commits: Arc<Commits>,
 }
 
 impl Writer {
@@ -156,16 +158,36 @@ impl Writer {
             .name("hookinbox-writer".into())
             .spawn(move || state.run(rx))
             .expect("spawning the writer thread");
-        Ok((Writer { tx, health }, handle))
+        let commits = Arc::default();
+        Ok((
+            Writer {
+                tx,
+                health,
+                commits,
+            },
+            handle,
+        ))
     }
 
     /// Stores one event and waits until its commit returned. A full queue is refused at
     /// once: the request answers 503 instead of waiting into the provider's timeout.
+    /// A new event announces itself to [`Writer::commits`] once committed.
     pub async fn ingest(&self, event: NewEvent) -> Result<Stored, WriteError> {
-        self.submit(true, false, move |conn, now| {
-            ingest::store(conn, &event, now)
-        })
-        .await
+        let source = event.source.clone();
+        let stored = self
+            .submit(true, false, move |conn, now| {
+                ingest::store(conn, &event, now)
+            })
+            .await;
+        if matches!(stored, Ok(Stored::New)) {
+            self.commits.committed(&source);
+        }
+        stored
+    }
+
+    /// Where commits of new events are announced, per source.
+    pub fn commits(&self) -> &Commits {
+        &self.commits
     }
 
     /// Claims due deliveries for one target (see [`queue::claim`]).

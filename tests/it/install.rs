@@ -189,3 +189,108 @@ async fn x_forwarded_for_is_believed_only_from_a_configured_proxy() {
         server.stop().await;
     }
 }
+
+/// `hookinbox reload` is the unit's ExecReload: it must tell a refused reload from an
+/// applied one, and the unit's STATUS= line must say how the last one went.
+#[test]
+fn reload_waits_for_the_answer_and_fails_when_the_reload_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket_path = dir.path().join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let db = dir.path().join("inbox.db");
+    let config = dir.path().join("hookinbox.toml");
+    let good = config_text(SERVER, &db, ONE_SOURCE);
+    std::fs::write(&config, &good).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hookinbox"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("NOTIFY_SOCKET", &socket_path)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    let mut next_status = || loop {
+        let n = socket.recv(&mut buf).expect("a notification within 30 s");
+        let message = String::from_utf8_lossy(&buf[..n]).into_owned();
+        if let Some(status) = message.lines().find_map(|l| l.strip_prefix("STATUS=")) {
+            return status.to_owned();
+        }
+    };
+    assert!(next_status().starts_with("serving 1 sources on 127.0.0.1:"));
+    let config_arg = config.to_str().unwrap();
+
+    // Applied: exit 0, the answer says what, and so does STATUS=.
+    let two_sources = good.clone() + &ONE_SOURCE.replace("name = \"sw\"", "name = \"second\"");
+    std::fs::write(&config, &two_sources).unwrap();
+    let (code, out, err) = hookinbox(&["reload", "--config", config_arg]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("reloaded: 2 sources with 2 targets"), "{out}");
+    let status = next_status();
+    assert!(
+        status.starts_with("serving 2 sources on") && status.contains("; reloaded at "),
+        "{status}"
+    );
+
+    // Refused: exit 1 with the reason, the old configuration stays, and STATUS= says so.
+    std::fs::write(&config, two_sources.replace("scheme =", "shceme =")).unwrap();
+    let (code, out, err) = hookinbox(&[
+        "reload",
+        "--config",
+        config_arg,
+        "--pid",
+        &child.id().to_string(),
+    ]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("the reload was refused") && err.contains("shceme"),
+        "{err}"
+    );
+    let status = next_status();
+    assert!(
+        status.starts_with("serving 2 sources on") && status.contains("was refused"),
+        "{status}"
+    );
+
+    // Not even TOML: still refused, with the parser's reason, once serve was asked too.
+    std::fs::write(&config, "this is [not toml").unwrap();
+    let (code, _, err) = hookinbox(&[
+        "reload",
+        "--config",
+        config_arg,
+        "--pid",
+        &child.id().to_string(),
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("the reload was refused") && err.contains("TOML"),
+        "{err}"
+    );
+    let status = next_status();
+    assert!(status.contains("was refused"), "{status}");
+
+    // A restart-only change is applied no further than it can be, and named.
+    let moved = two_sources.replace("max_body = \"64KiB\"", "max_body = \"32KiB\"");
+    std::fs::write(&config, moved).unwrap();
+    let (code, out, err) = hookinbox(&["reload", "--config", config_arg]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("server.max_body changed: a restart applies them"),
+        "{out}"
+    );
+
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    // With no serve running, reload says so instead of waiting.
+    let (code, _, err) = hookinbox(&["reload", "--config", config_arg]);
+    assert_eq!(code, 1);
+    assert!(err.contains("no hookinbox serve is running"), "{err}");
+}

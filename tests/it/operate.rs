@@ -475,3 +475,43 @@ async fn the_wal_is_checkpointed_and_truncated_once_the_writer_is_idle() {
     }
     server.stop().await;
 }
+
+/// A reload whose last step fails (here: retiring a removed target's deliveries while an
+/// operator holds the write lock) must leave the running configuration whole, secrets
+/// included, not half switched.
+#[tokio::test]
+async fn a_reload_that_fails_late_switches_nothing() {
+    const OLD: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    const NEW: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+    let mut server = TestServer::start(ONE_SOURCE).await;
+    let old_scheme = hookinbox::config::from_str(
+        &config_text(SERVER, &server.db, ONE_SOURCE),
+        &server.config.path,
+        None,
+    )
+    .unwrap()
+    .sources
+    .remove(0)
+    .scheme;
+    let lock = rusqlite::Connection::open(&server.db).unwrap();
+    lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let changed = ONE_SOURCE.replace(OLD, NEW);
+    let err = server.reload(&changed).await.unwrap_err();
+    assert!(format!("{err:#}").contains("retiring"), "{err:#}");
+    lock.execute_batch("ROLLBACK").unwrap();
+    drop(lock);
+
+    let id = "after_failed_reload";
+    let req = sign_with(
+        &old_scheme,
+        id,
+        &event_body(id, ""),
+        hookinbox::clock::unix_now(),
+    );
+    assert_eq!(
+        server.post("sw", &req).await.0,
+        200,
+        "the old secret still verifies: nothing was switched"
+    );
+    server.stop().await;
+}

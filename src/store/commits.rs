@@ -1,0 +1,77 @@
+//! Who wants to hear that new events of a source were committed: the delivery worker's
+//! target loops, so that delivery starts at once instead of at the next poll.
+//!
+//! The writer's handle announces a commit here; listeners subscribe by source name. So the
+//! receiver never knows the delivery worker (a commit notifies through the store), and a
+//! reload that changes the targets only changes who listens.
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+
+use tokio::sync::watch;
+
+/// Per source, a channel whose value never matters: a send marks every subscriber's
+/// receiver changed, and a change seen late is still seen (unlike a bare `Notify`).
+#[derive(Debug, Default)]
+pub struct Commits {
+    sources: RwLock<HashMap<String, watch::Sender<()>>>,
+}
+
+impl Commits {
+    /// A receiver that changes whenever a new event of `source` is committed (and on
+    /// [`Commits::all`]).
+    pub fn subscribe(&self, source: &str) -> watch::Receiver<()> {
+        let mut sources = self
+            .sources
+            .write()
+            .expect("no panics while holding the lock");
+        sources
+            .entry(source.to_owned())
+            .or_insert_with(|| watch::channel(()).0)
+            .subscribe()
+    }
+
+    /// New events of `source` were committed.
+    pub fn committed(&self, source: &str) {
+        let sources = self
+            .sources
+            .read()
+            .expect("no panics while holding the lock");
+        if let Some(tx) = sources.get(source) {
+            tx.send_replace(());
+        }
+    }
+
+    /// Every subscriber has something to look at (leases expired and deliveries came back).
+    pub fn all(&self) {
+        let sources = self
+            .sources
+            .read()
+            .expect("no panics while holding the lock");
+        for tx in sources.values() {
+            tx.send_replace(());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn every_subscriber_of_a_source_hears_its_commit_even_late() {
+        let commits = Commits::default();
+        let (mut a, mut b, mut other) = (
+            commits.subscribe("sw"),
+            commits.subscribe("sw"),
+            commits.subscribe("github"),
+        );
+        commits.committed("sw");
+        // Seen although nobody was waiting when it was sent.
+        a.changed().await.unwrap();
+        b.changed().await.unwrap();
+        assert!(!other.has_changed().unwrap());
+        commits.all();
+        other.changed().await.unwrap();
+    }
+}
