@@ -42,13 +42,16 @@ impl Admin {
             let conn = pool.get().map_err(|e| e.to_string())?;
             let counts = read::delivery_counts(&conn).map_err(|e| e.to_string())?;
             let oldest = read::oldest_pending(&conn).map_err(|e| e.to_string())?;
-            Ok::<_, String>((counts, oldest))
+            let pages = crate::store::page_counts(&conn).map_err(|e| e.to_string())?;
+            Ok::<_, String>((counts, oldest, pages))
         })
         .await
         .map_err(|e| e.to_string())
         .and_then(|r| r);
         match counts {
-            Ok((counts, oldest)) => {
+            Ok((counts, oldest, (free, pages))) => {
+                self.metrics.inbox_pages.set(pages);
+                self.metrics.inbox_free_pages.set(free);
                 let age = oldest
                     .and_then(|t| humantime::parse_rfc3339(&t).ok())
                     .and_then(|t| SystemTime::now().duration_since(t).ok())

@@ -70,6 +70,9 @@ pub struct Metrics {
     /// Read from the inbox at each scrape.
     pub deliveries: Family<StateLabels, Gauge>,
     pub wal_bytes: Gauge,
+    /// The inbox's pages, and how many of them are free (read at each scrape).
+    pub inbox_pages: Gauge,
+    pub inbox_free_pages: Gauge,
 }
 
 impl Metrics {
@@ -153,8 +156,23 @@ impl Metrics {
             "Size of the inbox's write-ahead log; growth that never shrinks means a stuck reader",
             wal_bytes.clone(),
         );
+        let inbox_pages = Gauge::default();
+        registry.register(
+            "inbox_pages",
+            "Pages in the inbox file (4 KiB each by default), read at each scrape",
+            inbox_pages.clone(),
+        );
+        let inbox_free_pages = Gauge::default();
+        registry.register(
+            "inbox_free_pages",
+            "Free pages in the inbox file: reused by new events, and given back to the file \
+             system by retention beyond a small reserve",
+            inbox_free_pages.clone(),
+        );
         Metrics {
             registry,
+            inbox_pages,
+            inbox_free_pages,
             attempts,
             ambiguous_attempts,
             ambiguous_resolved,

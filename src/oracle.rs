@@ -226,7 +226,10 @@ pub fn check(
 
     // event_id -> (sha256 of the stored bytes, sha256 column); pruned rows count by column.
     let mut stored: HashMap<String, String> = HashMap::new();
-    let mut stmt = conn.prepare("SELECT event_id, sha256, body FROM events WHERE source = ?1")?;
+    let mut stmt = conn.prepare(
+        "SELECT e.event_id, e.sha256, p.body
+           FROM events e LEFT JOIN payloads p ON p.event = e.id WHERE e.source = ?1",
+    )?;
     let mut rows = stmt.query([source])?;
     while let Some(row) = rows.next()? {
         let id: String = row.get(0)?;

@@ -581,7 +581,10 @@ fn new_rows(server: &mut Server) -> Vec<Row> {
     );
     let mut query = server
         .inbox
-        .prepare_cached("SELECT id, source, event_id, body FROM events WHERE id > ?1 ORDER BY id")
+        .prepare_cached(
+            "SELECT e.id, e.source, e.event_id, p.body
+               FROM events e JOIN payloads p ON p.event = e.id WHERE e.id > ?1 ORDER BY e.id",
+        )
         .expect("the events table");
     let rows: Vec<(i64, Row)> = query
         .query_map([server.seen], |r| {

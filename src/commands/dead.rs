@@ -79,8 +79,8 @@ pub fn run(db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
     sql.push_str(" ORDER BY d.updated_at DESC, d.id DESC LIMIT ?");
     params.push(Value::Integer(args.limit.into()));
 
-    let conn =
-        store::read::open(db).with_context(|| format!("opening the inbox {}", db.display()))?;
+    let conn = store::read::open_current(db)
+        .with_context(|| format!("opening the inbox {}", db.display()))?;
     let dead = conn
         .prepare(&sql)
         .and_then(|mut stmt| {

@@ -155,8 +155,8 @@ pub fn run(db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
         Value::Integer(i64::from(args.limit) + 1),
     );
 
-    let conn =
-        store::read::open(db).with_context(|| format!("opening the inbox {}", db.display()))?;
+    let conn = store::read::open_current(db)
+        .with_context(|| format!("opening the inbox {}", db.display()))?;
     let mut events = conn
         .prepare(&sql)
         .and_then(|mut stmt| {

@@ -8,7 +8,6 @@ use std::time::SystemTime;
 use anyhow::Context as _;
 use serde::Serialize;
 
-use crate::config::Synchronous;
 use crate::store;
 use crate::store::retention::{self, Pruned, Rule};
 
@@ -30,8 +29,8 @@ struct Row<'a> {
 }
 
 pub fn run(db: &Path, rules: &[Rule], args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
-    let mut conn = store::open_writer(db, Synchronous::Full, false)
-        .with_context(|| format!("opening the inbox {}", db.display()))?;
+    let mut conn =
+        store::open_current(db).with_context(|| format!("opening the inbox {}", db.display()))?;
     let now = SystemTime::now();
     let mut rows = Vec::with_capacity(rules.len());
     for rule in rules {
@@ -55,10 +54,30 @@ pub fn run(db: &Path, rules: &[Rule], args: &Args, out: &mut impl Write) -> anyh
             pruned,
         });
     }
+    // The freed pages go back to the file system, one short transaction per step.
+    let mut released = 0;
+    if !args.dry_run {
+        loop {
+            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let n = store::release_free_pages(&tx)?;
+            tx.commit()?;
+            released += n;
+            if n == 0 {
+                break;
+            }
+        }
+    }
+    let (free, pages) = store::page_counts(&conn)?;
     if args.json {
         serde_json::to_writer_pretty(
             &mut *out,
-            &serde_json::json!({ "dry_run": args.dry_run, "sources": rows }),
+            &serde_json::json!({
+                "dry_run": args.dry_run,
+                "sources": rows,
+                "released_pages": released,
+                "pages": pages,
+                "free_pages": free,
+            }),
         )?;
         writeln!(out)?;
         return Ok(());
@@ -87,5 +106,12 @@ pub fn run(db: &Path, rules: &[Rule], args: &Args, out: &mut impl Write) -> anyh
         "payloads: bodies and headers of finished events past keep_payload (their identity stays);\n\
          events: identity rows past keep_identity, with their deliveries and attempts"
     )?;
+    if !args.dry_run {
+        writeln!(
+            out,
+            "gave {released} free pages back to the file system; the inbox has {pages} pages, \
+             {free} of them free for new events"
+        )?;
+    }
     Ok(())
 }

@@ -13,7 +13,7 @@ use anyhow::Context as _;
 use rusqlite::{Connection, params_from_iter, types::Value};
 use serde::Serialize;
 
-use crate::config::{Offline, Synchronous};
+use crate::config::Offline;
 use crate::terminal::Table;
 use crate::{clock, store};
 
@@ -23,6 +23,9 @@ const OUTDATED: &str = "(d.order_key IS NOT NULL AND EXISTS (
         SELECT 1 FROM order_keys k
          WHERE k.source = d.source AND k.target = d.target AND k.order_key = d.order_key
            AND k.last_version >= d.order_version))";
+
+/// The event `e` still has its body (retention did not prune it).
+const HAS_PAYLOAD: &str = "EXISTS (SELECT 1 FROM payloads p WHERE p.event = e.id)";
 
 /// Deliveries re-queued per transaction, so that a large replay never holds the write lock
 /// for long.
@@ -98,8 +101,8 @@ pub fn run(
     args: &Args,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
-    let mut conn = store::open_writer(db, Synchronous::Full, false)
-        .with_context(|| format!("opening the inbox {}", db.display()))?;
+    let mut conn =
+        store::open_current(db).with_context(|| format!("opening the inbox {}", db.display()))?;
     known_names(&conn, config, args)?;
     let (filter, values) = selection(&conn, args)?;
     let count = |extra: &str| -> anyhow::Result<usize> {
@@ -111,14 +114,14 @@ pub fn run(
     };
     let mut report = Report {
         in_flight: count("d.state = 'in_flight'")?,
-        pruned: count("d.state <> 'in_flight' AND e.body IS NULL")?,
+        pruned: count(&format!("d.state <> 'in_flight' AND NOT {HAS_PAYLOAD}"))?,
         superseded: count(&format!(
-            "d.state <> 'in_flight' AND e.body IS NOT NULL AND {OUTDATED}"
+            "d.state <> 'in_flight' AND {HAS_PAYLOAD} AND {OUTDATED}"
         ))?,
         dry_run: args.dry_run,
         ..Report::default()
     };
-    let eligible = format!("d.state <> 'in_flight' AND e.body IS NOT NULL AND NOT {OUTDATED}");
+    let eligible = format!("d.state <> 'in_flight' AND {HAS_PAYLOAD} AND NOT {OUTDATED}");
     report.deliveries = {
         let sql = format!(
             "SELECT d.id, d.event, d.source, e.event_id, d.target, d.state

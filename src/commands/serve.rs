@@ -270,6 +270,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let retention_task = tokio::spawn(retention::run_periodically(
         writer.clone(),
         retention.clone(),
+        config.store.retention_interval,
         retention_stopped,
     ));
     let receiver = Arc::new(Receiver::new(

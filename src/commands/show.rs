@@ -103,8 +103,8 @@ struct Attempt {
 }
 
 pub fn run(db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
-    let conn =
-        store::read::open(db).with_context(|| format!("opening the inbox {}", db.display()))?;
+    let conn = store::read::open_current(db)
+        .with_context(|| format!("opening the inbox {}", db.display()))?;
     let id = resolve(&conn, &args.id, args.source.as_deref())?;
     let shown =
         load(&conn, id).with_context(|| format!("reading event {id} from {}", db.display()))?;
@@ -203,9 +203,9 @@ pub fn resolve(conn: &Connection, id: &str, source: Option<&str>) -> anyhow::Res
 /// a delivery's history before its `attempts` count; the next `show` agrees again.
 fn load(conn: &Connection, id: i64) -> anyhow::Result<Shown> {
     let mut shown = conn.query_row(
-        "SELECT id, source, account, event_id, event_type, size, sha256, received_at,
-                provider_time, pruned_at, headers, body
-           FROM events WHERE id = ?1",
+        "SELECT e.id, e.source, e.account, e.event_id, e.event_type, e.size, e.sha256,
+                e.received_at, e.provider_time, e.pruned_at, p.headers, p.body
+           FROM events e LEFT JOIN payloads p ON p.event = e.id WHERE e.id = ?1",
         [id],
         |r| {
             // TEXT when the body was UTF-8, BLOB otherwise, NULL once pruned: the bytes

@@ -119,7 +119,16 @@ pub struct Admin {
 pub struct Store {
     pub path: PathBuf,
     pub synchronous: Synchronous,
+    /// How often `serve` applies the retention windows and gives freed pages back.
+    pub retention_interval: Duration,
 }
+
+/// `store.retention_interval` by default: often enough that a day's payloads go within
+/// minutes of their window, rarely enough to cost nothing.
+pub const DEFAULT_RETENTION_INTERVAL: Duration = Duration::from_secs(600);
+/// Its bounds: below a second it would be a busy loop, above a day the windows would slip.
+pub const MIN_RETENTION_INTERVAL: Duration = Duration::from_secs(1);
+pub const MAX_RETENTION_INTERVAL: Duration = Duration::from_secs(86_400);
 
 /// SQLite's `synchronous` in WAL mode: FULL fsyncs the WAL on every commit, so an
 /// acknowledged event survives power loss; NORMAL survives only a process crash.
@@ -272,6 +281,7 @@ pub fn load_offline(path: &Path) -> anyhow::Result<Offline> {
         store: Store {
             path: base.join(&raw.store.path),
             synchronous: raw.store.synchronous,
+            retention_interval: raw.store.retention_interval,
         },
         sources: raw
             .sources
@@ -370,7 +380,12 @@ impl RestartOnly {
             admin: Admin {
                 listen: admin_listen,
             },
-            store: Store { path, synchronous },
+            store:
+                Store {
+                    path,
+                    synchronous,
+                    retention_interval,
+                },
         } = self;
         // Destructured above, to the last field, so that a new one cannot be forgotten.
         [
@@ -389,6 +404,10 @@ impl RestartOnly {
             ("admin.listen", *admin_listen != other.admin.listen),
             ("store.path", *path != other.store.path),
             ("store.synchronous", *synchronous != other.store.synchronous),
+            (
+                "store.retention_interval",
+                *retention_interval != other.store.retention_interval,
+            ),
         ]
         .into_iter()
         .filter_map(|(name, differs)| differs.then_some(name))

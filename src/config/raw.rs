@@ -76,6 +76,11 @@ pub(super) struct RawStore {
     pub(super) path: PathBuf,
     #[serde(default = "default_synchronous")]
     pub(super) synchronous: Synchronous,
+    #[serde(
+        default = "default_retention_interval",
+        deserialize_with = "de_duration"
+    )]
+    pub(super) retention_interval: Duration,
 }
 
 #[derive(Deserialize)]
@@ -148,6 +153,9 @@ pub(super) fn default_max_connections() -> usize {
 }
 pub(super) fn default_synchronous() -> Synchronous {
     Synchronous::Full
+}
+pub(super) fn default_retention_interval() -> Duration {
+    DEFAULT_RETENTION_INTERVAL
 }
 pub(super) fn default_on_conflict() -> u16 {
     DEFAULT_ON_CONFLICT

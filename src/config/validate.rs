@@ -82,6 +82,9 @@ pub(super) fn validate(
     // A relative store path is relative to the config file, so that a config works from any
     // working directory (systemd starts services in /).
     // (Joining an absolute path yields it unchanged.)
+    if !(MIN_RETENTION_INTERVAL..=MAX_RETENTION_INTERVAL).contains(&raw.store.retention_interval) {
+        return Err("store.retention_interval must be between 1s and 1d".into());
+    }
     let store_path = paths.base.join(&raw.store.path);
     if store_path.is_dir() {
         return Err(format!(
@@ -146,6 +149,7 @@ pub(super) fn validate(
         store: Store {
             path: store_path,
             synchronous: raw.store.synchronous,
+            retention_interval: raw.store.retention_interval,
         },
         sources,
     })

@@ -1,5 +1,5 @@
-//! Storing one verified event: the event row and its delivery rows, or a duplicate, or a
-//! conflict. Runs on the writer thread, inside the batch's transaction.
+//! Storing one verified event: the event row, its payload and its delivery rows, or a
+//! duplicate, or a conflict. Runs on the writer thread, inside the batch's transaction.
 
 use std::sync::Arc;
 
@@ -58,9 +58,9 @@ pub fn store(conn: &Connection, e: &NewEvent, now: &str) -> rusqlite::Result<Sto
     let provider_time = e.provider_time.map(clock::iso_from_unix);
     let inserted: Option<i64> = conn
         .prepare_cached(
-            "INSERT INTO events (source, account, event_id, sha256, size, body, headers,
-                                 event_type, provider_time, received_at, remote_addr)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+            "INSERT INTO events (source, account, event_id, sha256, size, event_type,
+                                 provider_time, received_at, remote_addr)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
              ON CONFLICT (source, account, event_id) DO NOTHING
              RETURNING id",
         )?
@@ -71,8 +71,6 @@ pub fn store(conn: &Connection, e: &NewEvent, now: &str) -> rusqlite::Result<Sto
                 e.event_id,
                 e.sha256_hex,
                 e.body.len() as i64,
-                body,
-                e.headers,
                 e.event_type,
                 provider_time,
                 now,
@@ -82,6 +80,8 @@ pub fn store(conn: &Connection, e: &NewEvent, now: &str) -> rusqlite::Result<Sto
         )
         .optional()?;
     if let Some(id) = inserted {
+        conn.prepare_cached("INSERT INTO payloads (event, body, headers) VALUES (?1, ?2, ?3)")?
+            .execute(params![id, body, e.headers])?;
         let mut insert = conn.prepare_cached(
             "INSERT INTO deliveries (event, source, target, idempotency_key, order_key,
                                      order_version, next_attempt_at, created_at, updated_at)

@@ -49,6 +49,11 @@ pub enum Error {
         "journal_mode is {0:?}, not wal; is the inbox on a filesystem without shared memory (NFS)?"
     )]
     NotWal(String),
+    #[error(
+        "the inbox has schema version {found}, and this hookinbox works on version {known}; \
+         start `hookinbox serve` once (it converts the inbox at start-up), then run this again"
+    )]
+    Outdated { found: i64, known: i64 },
 }
 
 /// The migrations in `schema.sql`: (version, SQL), in file order.
@@ -79,13 +84,46 @@ pub fn schema_version() -> i64 {
 
 /// Opens the read-write connection, sets its pragmas and migrates the schema. `create`
 /// allows creating a new, empty inbox (at start-up, not on a reopen after a failure).
+/// Migrating may rewrite the whole file once (see [`ensure_incremental_vacuum`]), so only
+/// `serve` opens this way; the CLI's writers use [`open_current`].
 pub fn open_writer(path: &Path, sync: Synchronous, create: bool) -> Result<Connection, Error> {
+    let conn = connect(path, sync, create)?;
+    migrate(&conn)?;
+    ensure_incremental_vacuum(&conn, path)?;
+    Ok(conn)
+}
+
+/// A read-write connection for the CLI's short write transactions (`replay`, `prune`),
+/// next to a running `serve`: it never migrates, and refuses an inbox of another version.
+pub fn open_current(path: &Path) -> Result<Connection, Error> {
+    let conn = connect(path, Synchronous::Full, false)?;
+    require_current(&conn)?;
+    Ok(conn)
+}
+
+/// Refuses an inbox whose schema is not the one this binary reads and writes.
+pub fn require_current(conn: &Connection) -> Result<(), Error> {
+    let known = schema_version();
+    let found: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    match found.cmp(&known) {
+        std::cmp::Ordering::Equal => Ok(()),
+        std::cmp::Ordering::Less => Err(Error::Outdated { found, known }),
+        std::cmp::Ordering::Greater => Err(Error::TooNew { found, known }),
+    }
+}
+
+fn connect(path: &Path, sync: Synchronous, create: bool) -> Result<Connection, Error> {
     let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     if create {
         flags |= OpenFlags::SQLITE_OPEN_CREATE;
     }
     let conn = Connection::open_with_flags(path, flags)?;
     conn.busy_timeout(WRITE_LOCK_TIMEOUT)?;
+    // Only possible while the file has no table yet; on an older inbox a VACUUM does it.
+    let tables: i64 = conn.query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))?;
+    if tables == 0 {
+        conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL")?;
+    }
     let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(Error::NotWal(mode));
@@ -99,7 +137,6 @@ pub fn open_writer(path: &Path, sync: Synchronous, create: bool) -> Result<Conne
          PRAGMA foreign_keys = ON;
          PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT};"
     ))?;
-    migrate(&conn)?;
     Ok(conn)
 }
 
@@ -113,16 +150,120 @@ fn migrate(conn: &Connection) -> Result<(), Error> {
         if version <= found {
             continue;
         }
+        let started = std::time::Instant::now();
         // One transaction per step: a crash mid-migration leaves the previous version.
-        conn.execute_batch(&format!(
-            "BEGIN IMMEDIATE; {sql}; PRAGMA user_version = {version}; COMMIT;"
-        ))
-        .inspect_err(|_| {
+        // Foreign keys are off meanwhile, as SQLite's procedure for rebuilding a table
+        // requires (dropping the old table must not cascade), and checked before the
+        // commit instead.
+        conn.execute_batch("PRAGMA foreign_keys = OFF")?;
+        let step = conn
+            .execute_batch(&format!(
+                "BEGIN IMMEDIATE; {sql}; PRAGMA user_version = {version};"
+            ))
+            .and_then(|()| {
+                let broken: i64 =
+                    conn.query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |r| {
+                        r.get(0)
+                    })?;
+                if broken > 0 {
+                    return Err(rusqlite::Error::SqliteFailure(
+                        rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CONSTRAINT),
+                        Some(format!(
+                            "migration {version} would leave {broken} broken references"
+                        )),
+                    ));
+                }
+                conn.execute_batch("COMMIT")
+            });
+        let restored = conn.execute_batch("PRAGMA foreign_keys = ON");
+        step.inspect_err(|_| {
             let _ = conn.execute_batch("ROLLBACK");
         })?;
-        tracing::info!(version, "migrated the inbox schema");
+        restored?;
+        tracing::info!(
+            version,
+            seconds = started.elapsed().as_secs_f64(),
+            "migrated the inbox schema"
+        );
     }
     Ok(())
+}
+
+/// `PRAGMA auto_vacuum` for incremental vacuum.
+const INCREMENTAL: i64 = 2;
+
+/// Turns on incremental auto-vacuum for an inbox created before it was the default: a
+/// VACUUM rewrites the file once (it needs about its size free beside it, and time in
+/// proportion to it), logged with how long it took. It cannot run inside the migration's
+/// transaction, so it runs after; a crash in between is finished at the next start.
+fn ensure_incremental_vacuum(conn: &Connection, path: &Path) -> Result<(), Error> {
+    let mode: i64 = conn.query_row("PRAGMA auto_vacuum", [], |r| r.get(0))?;
+    if mode == INCREMENTAL {
+        return Ok(());
+    }
+    let bytes = std::fs::metadata(path).map_or(0, |m| m.len());
+    tracing::warn!(
+        path = %path.display(),
+        bytes,
+        "rewriting the inbox once (VACUUM) to turn on incremental auto-vacuum, so that pruned \
+         payloads give disk back; webhooks are answered once it is done"
+    );
+    let started = std::time::Instant::now();
+    // The migration's pages are still in the WAL: moved into the file first, the WAL is
+    // empty again before VACUUM fills it with the whole new copy, which bounds the disk
+    // this needs at its peak.
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+    conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL; VACUUM;")?;
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+    let after = std::fs::metadata(path).map_or(0, |m| m.len());
+    tracing::warn!(
+        seconds = started.elapsed().as_secs_f64(),
+        bytes_before = bytes,
+        bytes_after = after,
+        "the inbox is rewritten with incremental auto-vacuum"
+    );
+    Ok(())
+}
+
+/// Whether opening the inbox for `serve` will rewrite the whole file once (schema version
+/// 2 needs incremental auto-vacuum, which only a VACUUM turns on), and its version.
+pub fn pending_rewrite(conn: &Connection) -> rusqlite::Result<(bool, i64)> {
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let vacuum: i64 = conn.query_row("PRAGMA auto_vacuum", [], |r| r.get(0))?;
+    Ok((version > 0 && vacuum != INCREMENTAL, version))
+}
+
+/// How many pages of the inbox are free, and how many it has in all.
+pub fn page_counts(conn: &Connection) -> rusqlite::Result<(i64, i64)> {
+    let free = conn.query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
+    let all = conn.query_row("PRAGMA page_count", [], |r| r.get(0))?;
+    Ok((free, all))
+}
+
+/// Pages a free-page release leaves on the free list: new events reuse them at once, so
+/// giving back and growing again would be churn.
+pub const FREE_PAGE_RESERVE: i64 = 256;
+
+/// Most pages one release step moves: measured at a few milliseconds of the writer's time
+/// (BENCHMARKS.md), so webhooks between two steps never wait long.
+pub const FREE_PAGE_STEP: i64 = 256;
+
+/// Gives back to the file system up to [`FREE_PAGE_STEP`] free pages beyond the
+/// [`FREE_PAGE_RESERVE`]; returns how many. Zero means there is nothing more to give.
+pub fn release_free_pages(conn: &Connection) -> rusqlite::Result<i64> {
+    let (free, pages) = page_counts(conn)?;
+    let n = (free - FREE_PAGE_RESERVE).clamp(0, FREE_PAGE_STEP);
+    if n == 0 {
+        return Ok(0);
+    }
+    // The pragma moves one page per step: it must be stepped to the end, which
+    // `execute_batch` does not do.
+    let mut stmt = conn.prepare_cached(&format!("PRAGMA incremental_vacuum({n})"))?;
+    let mut rows = stmt.raw_query();
+    while rows.next()?.is_some() {}
+    // Counted by the file's length: releasing also drops the pointer-map pages that
+    // tracked the freed ones.
+    Ok(pages - page_counts(conn)?.1)
 }
 
 /// The idempotency key of one event at one target: derived from the identity, so it is the
@@ -173,6 +314,171 @@ mod tests {
         drop(c);
         let e = open_writer(&p, Synchronous::Full, true).unwrap_err();
         assert!(matches!(e, Error::TooNew { found: 999, .. }), "{e}");
+    }
+
+    /// An inbox as hookinbox wrote it at schema version 1: bodies in `events`, no
+    /// auto-vacuum.
+    fn version_1_inbox(p: &Path) -> Connection {
+        let c = Connection::open(p).unwrap();
+        c.execute_batch("PRAGMA journal_mode = WAL").unwrap();
+        let (_, v1) = migrations().remove(0);
+        c.execute_batch(&format!("BEGIN; {v1}; PRAGMA user_version = 1; COMMIT;"))
+            .unwrap();
+        let t = "2026-11-30T00:00:00.000Z";
+        let event = "INSERT INTO events (id, source, event_id, sha256, size, body, headers,
+                                         received_at, pruned_at)
+                     VALUES (?1, 'sw', ?2, 'x', 3, ?3, ?4, ?5, ?6)";
+        let mut insert = c.prepare(event).unwrap();
+        use rusqlite::types::Value;
+        insert
+            .execute(rusqlite::params![
+                1,
+                "text",
+                "abc",
+                "[[\"a\",\"b\"]]",
+                t,
+                None::<String>
+            ])
+            .unwrap();
+        insert
+            .execute(rusqlite::params![
+                2,
+                "binary",
+                Value::Blob(vec![0xff, 0, 1]),
+                "[]",
+                t,
+                None::<String>
+            ])
+            .unwrap();
+        insert
+            .execute(rusqlite::params![
+                3,
+                "pruned",
+                None::<String>,
+                None::<String>,
+                t,
+                Some(t)
+            ])
+            .unwrap();
+        drop(insert);
+        c.execute(
+            "INSERT INTO deliveries (event, source, target, idempotency_key, next_attempt_at,
+                                     created_at, updated_at)
+             VALUES (1, 'sw', 'app', 'hk_1', ?1, ?1, ?1)",
+            [t],
+        )
+        .unwrap();
+        c
+    }
+
+    #[test]
+    fn migration_2_moves_payloads_out_and_turns_on_incremental_vacuum() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("inbox.db");
+        drop(version_1_inbox(&p));
+        // The CLI refuses to work on it rather than migrate it next to an older serve.
+        assert!(matches!(
+            open_current(&p).unwrap_err(),
+            Error::Outdated { found: 1, known: 2 }
+        ));
+        let c = open_writer(&p, Synchronous::Full, false).unwrap();
+        let v: i64 = c
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        let vacuum: i64 = c.query_row("PRAGMA auto_vacuum", [], |r| r.get(0)).unwrap();
+        assert_eq!((v, vacuum), (2, INCREMENTAL));
+        let payloads: Vec<(i64, String, Vec<u8>, String)> = c
+            .prepare("SELECT event, typeof(body), CAST(body AS BLOB), headers FROM payloads ORDER BY event")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(
+            payloads,
+            [
+                (1, "text".into(), b"abc".to_vec(), "[[\"a\",\"b\"]]".into()),
+                (2, "blob".into(), vec![0xff, 0, 1], "[]".into()),
+            ],
+            "the exact bytes, as TEXT or BLOB as before; the pruned event has none"
+        );
+        let columns: Vec<String> = c
+            .prepare("SELECT name FROM pragma_table_info('events')")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(
+            !columns.iter().any(|c| c == "body" || c == "headers"),
+            "{columns:?}"
+        );
+        let pruned: Vec<(i64, bool)> = c
+            .prepare("SELECT id, pruned FROM recent_events ORDER BY id")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(pruned, [(1, false), (2, false), (3, true)]);
+        assert_eq!(
+            c.query_row("PRAGMA integrity_check", [], |r| r.get::<_, String>(0))
+                .unwrap(),
+            "ok"
+        );
+        drop(c);
+        open_current(&p).unwrap();
+    }
+
+    #[test]
+    fn a_crash_between_migration_and_vacuum_is_finished_at_the_next_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("inbox.db");
+        let c = version_1_inbox(&p);
+        let (_, v2) = migrations().remove(1);
+        c.execute_batch(&format!("BEGIN; {v2}; PRAGMA user_version = 2; COMMIT;"))
+            .unwrap();
+        drop(c);
+        let c = open_writer(&p, Synchronous::Full, false).unwrap();
+        let vacuum: i64 = c.query_row("PRAGMA auto_vacuum", [], |r| r.get(0)).unwrap();
+        assert_eq!(vacuum, INCREMENTAL);
+    }
+
+    #[test]
+    fn freed_pages_go_back_in_bounded_steps() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("inbox.db");
+        let c = open_writer(&p, Synchronous::Normal, true).unwrap();
+        c.execute_batch(
+            "CREATE TABLE filler (x BLOB);
+             WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2000)
+             INSERT INTO filler SELECT randomblob(4000) FROM n;
+             DELETE FROM filler;",
+        )
+        .unwrap();
+        let (free, pages) = page_counts(&c).unwrap();
+        assert!(
+            free > FREE_PAGE_RESERVE + FREE_PAGE_STEP,
+            "{free} of {pages}"
+        );
+        let mut released = 0;
+        let mut steps = 0;
+        loop {
+            let before = page_counts(&c).unwrap().0;
+            let n = release_free_pages(&c).unwrap();
+            if n == 0 {
+                break;
+            }
+            // One step frees at most a step's pages (plus the pointer maps that tracked them).
+            assert!(before - page_counts(&c).unwrap().0 <= FREE_PAGE_STEP, "{n}");
+            released += n;
+            steps += 1;
+        }
+        let (free_after, pages_after) = page_counts(&c).unwrap();
+        assert!(steps > 1, "{steps}");
+        assert_eq!(free_after, FREE_PAGE_RESERVE);
+        assert_eq!(pages_after, pages - released);
+        assert!(pages_after < pages / 2, "{pages_after} of {pages}");
     }
 
     #[test]

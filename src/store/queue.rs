@@ -313,8 +313,9 @@ pub fn events(
     }
     let marks = vec!["?"; ids.len()].join(", ");
     let sql = format!(
-        "SELECT id, source, event_id, body, headers, event_type, received_at, remote_addr
-           FROM events WHERE id IN ({marks})"
+        "SELECT e.id, e.source, e.event_id, p.body, p.headers, e.event_type, e.received_at,
+                e.remote_addr
+           FROM events e LEFT JOIN payloads p ON p.event = e.id WHERE e.id IN ({marks})"
     );
     conn.prepare(&sql)?
         .query_map(rusqlite::params_from_iter(ids), |r| {

@@ -48,6 +48,14 @@ pub fn open(path: &Path) -> rusqlite::Result<Connection> {
     Ok(conn)
 }
 
+/// [`open`], for the CLI's readers: refuses an inbox of another schema version with a
+/// message that says what to do, rather than failing on a missing table.
+pub fn open_current(path: &Path) -> Result<Connection, super::Error> {
+    let conn = open(path)?;
+    super::require_current(&conn)?;
+    Ok(conn)
+}
+
 /// Delivery rows per state.
 pub fn delivery_counts(conn: &Connection) -> rusqlite::Result<Vec<(String, i64)>> {
     conn.prepare_cached("SELECT state, count(*) FROM deliveries GROUP BY state")?

@@ -1,7 +1,8 @@
 //! Retention: keeps the inbox from growing without bound, per source.
 //!
 //! - After `keep_payload`, a finished event (no delivery pending or in flight) loses its body
-//!   and headers; its compact identity row stays, so a late redelivery is still a duplicate.
+//!   and headers (its `payloads` row); its compact identity row stays, so a late
+//!   redelivery is still a duplicate.
 //! - After `keep_identity`, the identity row goes too, with its deliveries and attempts.
 //! - Conflicts and attempt history are kept for `keep_payload`; ordering state for
 //!   `keep_identity`.
@@ -23,8 +24,9 @@ use crate::config::Source;
 
 /// Rows changed per transaction.
 pub const CHUNK: i64 = 500;
-/// How often `serve` applies retention.
-pub const INTERVAL: Duration = Duration::from_secs(600);
+/// The first retention run after start-up comes no later than this (then every
+/// `store.retention_interval`).
+pub const FIRST_RUN_AFTER: Duration = Duration::from_secs(60);
 /// How often `serve` offers the writer an idle WAL checkpoint.
 pub const CHECKPOINT_EVERY: Duration = Duration::from_secs(10);
 
@@ -75,6 +77,10 @@ impl Settings {
 pub struct Pruned {
     /// Events whose body and headers were dropped.
     pub payloads: i64,
+    /// Free pages given back to the file system afterwards (not rows: not in `total`, and
+    /// not per source).
+    #[serde(skip_serializing)]
+    pub released_pages: i64,
     /// Identity rows deleted, with their deliveries and attempts.
     pub events: i64,
     pub conflicts: i64,
@@ -89,6 +95,7 @@ impl Pruned {
 
     pub fn add(&mut self, o: Pruned) {
         self.payloads += o.payloads;
+        self.released_pages += o.released_pages;
         self.events += o.events;
         self.conflicts += o.conflicts;
         self.attempts += o.attempts;
@@ -149,18 +156,17 @@ impl Kind {
         }
     }
 
-    /// Removes at most [`CHUNK`] of them (`?3`); `?4` is the time of the prune.
-    fn removal(self) -> String {
+    /// The statement that removes at most [`CHUNK`] of them (`?3`); payloads take two
+    /// statements and go by [`prune_payloads`].
+    fn removal(self) -> Option<String> {
         let chunk = format!("{} LIMIT ?3", self.candidates());
-        match self {
-            Kind::Payloads => format!(
-                "UPDATE events SET body = NULL, headers = NULL, pruned_at = ?4 WHERE id IN ({chunk})"
-            ),
+        Some(match self {
+            Kind::Payloads => return None,
             Kind::Events => format!("DELETE FROM events WHERE id IN ({chunk})"),
             Kind::Conflicts => format!("DELETE FROM conflicts WHERE id IN ({chunk})"),
             Kind::Attempts => format!("DELETE FROM attempts WHERE id IN ({chunk})"),
             Kind::OrderKeys => format!("DELETE FROM order_keys WHERE rowid IN ({chunk})"),
-        }
+        })
     }
 
     /// Payloads and everything kept as long as them use `keep_payload`; identities and
@@ -187,19 +193,41 @@ impl Kind {
 /// One chunk of work for `rule`: at most [`CHUNK`] rows of each kind. Returns what it did;
 /// zero everywhere means the rule is applied.
 pub fn prune_chunk(conn: &Connection, rule: &Rule, now: SystemTime) -> rusqlite::Result<Pruned> {
-    let stamp = clock::iso(now);
     let mut done = Pruned::default();
     for kind in KINDS {
-        let mut stmt = conn.prepare_cached(&kind.removal())?;
         let cutoff = kind.cutoff(rule, now);
-        // Only the payload update names the time of the prune.
-        let n = match kind {
-            Kind::Payloads => stmt.execute(params![rule.source, cutoff, CHUNK, stamp])?,
-            _ => stmt.execute(params![rule.source, cutoff, CHUNK])?,
+        let n = match kind.removal() {
+            None => prune_payloads(conn, &rule.source, &cutoff, now)?,
+            Some(sql) => conn
+                .prepare_cached(&sql)?
+                .execute(params![rule.source, cutoff, CHUNK])?,
         };
         kind.count_into(&mut done, i64::try_from(n).unwrap_or(i64::MAX));
     }
     Ok(done)
+}
+
+/// Drops the payloads of at most [`CHUNK`] events past `cutoff` and marks the events
+/// pruned. The ids are read first and then used twice, so the two statements cannot pick
+/// different rows.
+fn prune_payloads(
+    conn: &Connection,
+    source: &str,
+    cutoff: &str,
+    now: SystemTime,
+) -> rusqlite::Result<usize> {
+    let ids: Vec<i64> = conn
+        .prepare_cached(&format!("{} LIMIT ?3", Kind::Payloads.candidates()))?
+        .query_map(params![source, cutoff, CHUNK], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    let stamp = clock::iso(now);
+    let mut drop_payload = conn.prepare_cached("DELETE FROM payloads WHERE event = ?1")?;
+    let mut mark = conn.prepare_cached("UPDATE events SET pruned_at = ?2 WHERE id = ?1")?;
+    for id in &ids {
+        drop_payload.execute([id])?;
+        mark.execute(params![id, stamp])?;
+    }
+    Ok(ids.len())
 }
 
 /// What [`prune_chunk`] would do for `rule`, counted in full (a dry run).
@@ -215,8 +243,11 @@ pub fn count(conn: &Connection, rule: &Rule, now: SystemTime) -> rusqlite::Resul
     Ok(would)
 }
 
-/// Applies every rule through the writer, chunk by chunk, until done or until `stop` is
-/// set (a shutdown does not wait for a long backlog; the next run goes on).
+/// Applies every rule through the writer, chunk by chunk, then gives the freed pages back
+/// to the file system in steps ([`super::release_free_pages`]), until done or until `stop`
+/// is set (a shutdown does not wait for a long backlog; the next run goes on). Every chunk
+/// and every step is one writer job, so webhooks share its batches and wait for one step
+/// at most.
 pub async fn apply(
     writer: &Writer,
     rules: &[Rule],
@@ -240,17 +271,33 @@ pub async fn apply(
             tokio::task::yield_now().await;
         }
     }
+    while !*stop.borrow() {
+        let released = writer
+            .job(|conn, _| super::release_free_pages(conn))
+            .await?;
+        total.released_pages += released;
+        if released == 0 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
     Ok(total)
 }
 
-/// `serve`'s maintenance: retention every [`INTERVAL`] (the first a minute after start),
-/// and an offer of an idle WAL checkpoint every [`CHECKPOINT_EVERY`].
-pub async fn run_periodically(writer: Writer, settings: Settings, mut stop: watch::Receiver<bool>) {
+/// `serve`'s maintenance: retention every `interval` (the first no later than
+/// [`FIRST_RUN_AFTER`]), and an offer of an idle WAL checkpoint every
+/// [`CHECKPOINT_EVERY`].
+pub async fn run_periodically(
+    writer: Writer,
+    settings: Settings,
+    interval: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut checkpoint = tokio::time::interval(CHECKPOINT_EVERY);
     checkpoint.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut prune = tokio::time::interval_at(
-        tokio::time::Instant::now() + Duration::from_secs(60),
-        INTERVAL,
+        tokio::time::Instant::now() + interval.min(FIRST_RUN_AFTER),
+        interval,
     );
     prune.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -258,9 +305,10 @@ pub async fn run_periodically(writer: Writer, settings: Settings, mut stop: watc
             _ = stop.changed() => return,
             _ = checkpoint.tick() => writer.checkpoint_if_idle().await,
             _ = prune.tick() => match apply(&writer, &settings.rules(), &stop).await {
-                Ok(p) if p.total() > 0 => tracing::info!(
+                Ok(p) if p.total() > 0 || p.released_pages > 0 => tracing::info!(
                     payloads = p.payloads, events = p.events, conflicts = p.conflicts,
-                    attempts = p.attempts, order_keys = p.order_keys, "retention applied"),
+                    attempts = p.attempts, order_keys = p.order_keys,
+                    released_pages = p.released_pages, "retention applied"),
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "retention failed; it will be tried again"),
             },

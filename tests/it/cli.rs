@@ -262,3 +262,33 @@ fn sign_for_one_source_needs_only_that_sources_secret() {
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("HOOKINBOX_TEST_UNSET_OTHER"), "{err}");
 }
+
+#[test]
+fn check_warns_before_serve_rewrites_an_older_inbox() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("inbox.db");
+    // An inbox as hookinbox wrote it at schema version 1.
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let (_, v1) = hookinbox::store::migrations().remove(0);
+    conn.execute_batch(&format!(
+        "PRAGMA journal_mode = WAL; BEGIN; {v1}; PRAGMA user_version = 1; COMMIT;"
+    ))
+    .unwrap();
+    drop(conn);
+    let config = config_in(
+        dir.path(),
+        &format!("[store]\npath = \"inbox.db\"\n{DEMO_SOURCE}"),
+    );
+    let (code, out, err) = hookinbox(&["check", "--config", &config]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("schema version 1) is converted to version 2 when `serve` next starts")
+            && out.contains("MiB free beside it at its peak")
+            && out.contains("hookinbox backup"),
+        "{out}"
+    );
+    // The readers refuse it with the way out, rather than failing on a missing table.
+    let (code, _, err) = hookinbox(&["events", "--config", &config]);
+    assert_eq!(code, 1);
+    assert!(err.contains("start `hookinbox serve` once"), "{err}");
+}

@@ -69,7 +69,7 @@ async fn the_system_sqlite3_reads_the_live_inbox_through_its_views() {
     let conflicts = sqlite3(&server.db, "SELECT event_id, seen FROM recent_conflicts").unwrap();
     assert_eq!(conflicts.trim(), "msg_cli|1");
     // Bodies are readable text, and times are UTC ISO-8601.
-    let row = sqlite3(&server.db, "SELECT body, received_at FROM events").unwrap();
+    let row = sqlite3(&server.db, "SELECT body, received_at FROM event_payloads").unwrap();
     let (stored, received) = row.trim().rsplit_once('|').unwrap();
     assert_eq!(stored.as_bytes(), &body[..]);
     assert!(

@@ -331,10 +331,9 @@ async fn show_finds_an_event_by_row_id_or_provider_id_with_every_attempt() {
     // Once retention dropped the payload, --body has nothing to write: exit 4, no bytes.
     let conn = rusqlite::Connection::open(&server.db).unwrap();
     conn.busy_timeout(PATIENCE).unwrap();
-    conn.execute(
-        "UPDATE events SET body = NULL, headers = NULL, pruned_at = '2026-01-01T00:00:00.000Z'
-          WHERE event_id = 'msg_2'",
-        [],
+    conn.execute_batch(
+        "DELETE FROM payloads WHERE event = (SELECT id FROM events WHERE event_id = 'msg_2');
+         UPDATE events SET pruned_at = '2026-01-01T00:00:00.000Z' WHERE event_id = 'msg_2';",
     )
     .unwrap();
     let (code, out, err) = hookinbox(&server, &["show", "msg_2", "--body"]);

@@ -30,6 +30,8 @@
 //!   delivery in flight; SIGTERM under load; SIGHUP reloads secrets.
 //! - `operate`: replay, retention, backup, metrics and `check` against a filled inbox.
 //! - `inbox_sqlite`: the inbox is readable with the system's `sqlite3` while serving.
+//! - `resources`: bounded disk (pruning gives pages back; an inbox under retention stays
+//!   within a bound).
 //! - `cli`: the binary's `check` and its error messages.
 //! - `inspect`: `events`, `show`, `conflicts` and `dead` on a real inbox: filters, pages,
 //!   exact bodies, exit codes, and provider strings escaped before a terminal.
@@ -56,6 +58,7 @@ mod operate;
 mod oracle;
 mod power_loss;
 mod proc;
+mod resources;
 mod scheme_props;
 mod schemes;
 mod sink;

@@ -426,7 +426,7 @@ async fn credentials_are_not_stored_with_the_headers() {
     let headers: String = server
         .read()
         .query_row(
-            "SELECT headers FROM events WHERE source = 'gitlab'",
+            "SELECT headers FROM event_payloads WHERE source = 'gitlab'",
             [],
             |r| r.get(0),
         )

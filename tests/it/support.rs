@@ -347,7 +347,7 @@ pub fn open_read(db: &Path) -> rusqlite::Connection {
 
 pub fn stored_body(conn: &rusqlite::Connection, source: &str, event_id: &str) -> Option<Vec<u8>> {
     conn.query_row(
-        "SELECT body FROM events WHERE source = ?1 AND event_id = ?2",
+        "SELECT body FROM event_payloads WHERE source = ?1 AND event_id = ?2",
         [source, event_id],
         |r| Ok(r.get_ref(0)?.as_bytes_or_null()?.map(<[u8]>::to_vec)),
     )
