@@ -31,6 +31,8 @@ pub struct Admin {
     /// The inbox file, for the WAL size.
     pub inbox: PathBuf,
     pub delivery: Arc<deliver::Health>,
+    /// The memory budget for request bodies, for its gauge.
+    pub budget: Arc<crate::receive::BodyBudget>,
 }
 
 impl Admin {
@@ -70,6 +72,9 @@ impl Admin {
             }
             Err(e) => tracing::warn!(error = %e, "reading delivery counts for /metrics"),
         }
+        self.metrics
+            .body_bytes_in_memory
+            .set(i64::try_from(self.budget.in_use()).unwrap_or(i64::MAX));
         let mut wal = self.inbox.clone().into_os_string();
         wal.push("-wal");
         let wal_len = std::fs::metadata(&wal).map_or(0, |m| m.len());

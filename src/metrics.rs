@@ -14,7 +14,7 @@ use prometheus_client::registry::Registry;
 pub struct RequestLabels {
     pub source: String,
     /// accepted, duplicate, conflict, rejected, invalid, handshake, too_large, timeout,
-    /// unavailable.
+    /// overloaded, unavailable.
     pub outcome: &'static str,
 }
 
@@ -40,6 +40,11 @@ pub struct AttemptLabels {
     pub target: String,
     /// delivered, retry or dead: what the attempt led to.
     pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabels {
+    pub listener: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -70,6 +75,10 @@ pub struct Metrics {
     /// Read from the inbox at each scrape.
     pub deliveries: Family<StateLabels, Gauge>,
     pub wal_bytes: Gauge,
+    /// Bytes of request bodies in memory now, against `server.body_budget`.
+    pub body_bytes_in_memory: Gauge,
+    /// Connections closed to make room for a new one, by listener ("public", "admin").
+    pub closed_for_room: Family<ListenerLabels, Counter>,
     /// The inbox's pages, and how many of them are free (read at each scrape).
     pub inbox_pages: Gauge,
     pub inbox_free_pages: Gauge,
@@ -169,8 +178,24 @@ impl Metrics {
              system by retention beyond a small reserve",
             inbox_free_pages.clone(),
         );
+        let closed_for_room = Family::<ListenerLabels, Counter>::default();
+        registry.register(
+            "connections_closed_for_room",
+            "Connections without a request in progress closed because every slot was taken \
+             (slow or idle clients at max_connections)",
+            closed_for_room.clone(),
+        );
+        let body_bytes_in_memory = Gauge::default();
+        registry.register(
+            "body_bytes_in_memory",
+            "Bytes of request bodies held in memory now; at server.body_budget new bodies \
+             wait, then get 503",
+            body_bytes_in_memory.clone(),
+        );
         Metrics {
             registry,
+            body_bytes_in_memory,
+            closed_for_room,
             inbox_pages,
             inbox_free_pages,
             attempts,

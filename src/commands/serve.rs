@@ -24,9 +24,9 @@ use crate::admin::Admin;
 use crate::config::{self, Config, Source};
 use crate::deliver::{self, Deliverer};
 use crate::metrics::Metrics;
-use crate::receive::Receiver;
 use crate::receive::listener::{self, Limits};
 use crate::receive::tls;
+use crate::receive::{BodyBudget, Receiver};
 use crate::store::writer::Writer;
 use crate::store::{self, retention};
 
@@ -245,15 +245,25 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         }
         None => None,
     };
+    let room = |listener| {
+        Some(
+            metrics
+                .closed_for_room
+                .get_or_create(&crate::metrics::ListenerLabels { listener })
+                .clone(),
+        )
+    };
     let limits = Limits {
         header_timeout: config.server.header_timeout,
         max_connections: config.server.max_connections,
         tls: tls.clone(),
+        closed_for_room: room("public"),
     };
     let admin_limits = Limits {
         header_timeout: config.server.header_timeout,
         max_connections: ADMIN_MAX_CONNECTIONS,
         tls: None,
+        closed_for_room: room("admin"),
     };
     let readers = store::read::pool(&store_path);
     let restart_only = config.restart_only();
@@ -273,11 +283,13 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         config.store.retention_interval,
         retention_stopped,
     ));
+    let budget = Arc::new(BodyBudget::new(config.server.body_budget));
     let receiver = Arc::new(Receiver::new(
         &sources,
         &config.server,
         writer.clone(),
         metrics.clone(),
+        budget.clone(),
     ));
     let admin_handler = Arc::new(Admin {
         metrics: metrics.clone(),
@@ -285,6 +297,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         readers,
         inbox: store_path.clone(),
         delivery: delivery_health,
+        budget,
     });
     let sources = sources.len();
 

@@ -35,6 +35,8 @@ pub(super) struct RawServer {
     pub(super) body_timeout: Duration,
     #[serde(default = "default_max_connections")]
     pub(super) max_connections: usize,
+    #[serde(default = "default_body_budget", deserialize_with = "de_size")]
+    pub(super) body_budget: u64,
     #[serde(default)]
     pub(super) trusted_proxies: Vec<String>,
     #[serde(default)]
@@ -49,6 +51,7 @@ impl Default for RawServer {
             header_timeout: DEFAULT_HEADER_TIMEOUT,
             body_timeout: DEFAULT_BODY_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            body_budget: DEFAULT_BODY_BUDGET,
             trusted_proxies: Vec::new(),
             tls: None,
         }
@@ -147,6 +150,9 @@ pub(super) fn default_header_timeout() -> Duration {
 }
 pub(super) fn default_body_timeout() -> Duration {
     DEFAULT_BODY_TIMEOUT
+}
+pub(super) fn default_body_budget() -> u64 {
+    DEFAULT_BODY_BUDGET
 }
 pub(super) fn default_max_connections() -> usize {
     DEFAULT_MAX_CONNECTIONS

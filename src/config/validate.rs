@@ -69,6 +69,13 @@ pub(super) fn validate(
             ));
         }
     }
+    if s.body_budget < s.max_body || s.body_budget > MAX_BODY_BUDGET {
+        return Err(format!(
+            "server.body_budget must be at least server.max_body ({} bytes; else a largest \
+             body could never be read) and at most 4 GiB",
+            s.max_body
+        ));
+    }
     if s.max_connections == 0 || s.max_connections > MAX_MAX_CONNECTIONS {
         return Err(format!(
             "server.max_connections must be between 1 and {MAX_MAX_CONNECTIONS}"
@@ -140,6 +147,7 @@ pub(super) fn validate(
             header_timeout: s.header_timeout,
             body_timeout: s.body_timeout,
             max_connections: s.max_connections,
+            body_budget: s.body_budget,
             trusted_proxies,
             tls,
         },

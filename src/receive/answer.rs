@@ -29,6 +29,8 @@ pub enum Outcome {
     BodyTimeout,
     /// The body could not be read (the client broke off mid-body).
     BadBody,
+    /// The memory budget for bodies in flight stayed full (`server.body_budget`).
+    Overloaded,
     Unavailable(WriteError),
     NotFound,
     MethodNotAllowed,
@@ -46,6 +48,7 @@ impl Outcome {
             Outcome::Rejected(_) | Outcome::BadBody => "invalid",
             Outcome::TooLarge => "too_large",
             Outcome::BodyTimeout => "timeout",
+            Outcome::Overloaded => "overloaded",
             Outcome::Unavailable(_) => "unavailable",
             Outcome::NotFound => "not_found",
             Outcome::MethodNotAllowed => "method_not_allowed",
@@ -60,7 +63,7 @@ impl Outcome {
             Outcome::Rejected(_) | Outcome::BadBody => StatusCode::BAD_REQUEST,
             Outcome::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Outcome::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
-            Outcome::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Outcome::Unavailable(_) | Outcome::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
             Outcome::NotFound => StatusCode::NOT_FOUND,
             Outcome::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         }
@@ -68,6 +71,8 @@ impl Outcome {
 
     pub fn response(self) -> Response<Full<Bytes>> {
         let status = self.status();
+        // Refused before its body was read to the end: the connection cannot carry more.
+        let body_unread = matches!(self, Outcome::Overloaded);
         let (content_type, body): (&str, Bytes) = match self {
             Outcome::Handshake(json) => ("application/json", json.into()),
             Outcome::Accepted | Outcome::Duplicate => {
@@ -86,6 +91,9 @@ impl Outcome {
         let mut builder = Response::builder()
             .status(status)
             .header(CONTENT_TYPE, content_type);
+        if body_unread {
+            builder = builder.header(CONNECTION, "close");
+        }
         match status {
             StatusCode::SERVICE_UNAVAILABLE => {
                 builder = builder.header(RETRY_AFTER, RETRY_AFTER_SECS)

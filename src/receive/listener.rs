@@ -20,9 +20,11 @@ use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 use tokio_io_timeout::TimeoutStream;
 
 /// Most headers in one request. Providers send 10-25; hyper's default is 100.
@@ -43,6 +45,8 @@ pub struct Limits {
     pub max_connections: usize,
     /// HTTPS: the TLS handshake must also finish within `header_timeout`.
     pub tls: Option<super::tls::Acceptor>,
+    /// Counts connections closed to make room for a new one (see [`serve`]).
+    pub closed_for_room: Option<prometheus_client::metrics::counter::Counter>,
 }
 
 /// A connection's byte stream, plain or TLS.
@@ -51,12 +55,22 @@ impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
 
 /// Serves `handler` on `listener` until `shutdown` completes, then stops accepting and
 /// lets open connections finish their current request (up to [`DRAIN_TIMEOUT`]).
+///
+/// At most `max_connections` are open at once. When every slot is taken and another peer
+/// connects, the connection that has waited longest without a request in progress (one
+/// still sending its head, doing its TLS handshake, or idle between requests) is closed to
+/// make room; only when every connection is inside a request does the new one wait.
+/// Otherwise a few hundred slow or idle connections would hold every slot until their
+/// header timeout and a provider's signed request would wait behind them (Slack gives up
+/// after 3 s). Nothing is lost by it: a closed connection had no request in progress, and
+/// its client reconnects. A request that had started is never cut (see [`Slot`]).
 pub async fn serve<H, F>(listener: TcpListener, limits: Limits, handler: Arc<H>, shutdown: F)
 where
     H: Handler + Send + Sync + 'static,
     F: Future<Output = ()>,
 {
     let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let idle = Arc::new(Idle::default());
     let graceful = GracefulShutdown::new();
     let mut builder = http1::Builder::new();
     builder
@@ -66,10 +80,6 @@ where
         .max_buf_size(MAX_HEAD_BYTES);
     tokio::pin!(shutdown);
     loop {
-        let permit = tokio::select! {
-            p = permits.clone().acquire_owned() => p.expect("the semaphore is never closed"),
-            () = &mut shutdown => break,
-        };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
@@ -81,6 +91,21 @@ where
             },
             () = &mut shutdown => break,
         };
+        let permit = match permits.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                if idle.close_oldest() {
+                    if let Some(c) = &limits.closed_for_room {
+                        c.inc();
+                    }
+                    tracing::debug!(%peer, "every connection slot was taken: closed the longest idle one");
+                }
+                tokio::select! {
+                    p = permits.clone().acquire_owned() => p.expect("the semaphore is never closed"),
+                    () = &mut shutdown => break,
+                }
+            }
+        };
         let _ = stream.set_nodelay(true);
         // hyper has no write timeout: a peer that pipelines requests and never reads the
         // answers would hold its connection, and a permit, forever. A peer that reads
@@ -88,46 +113,67 @@ where
         let mut stream = TimeoutStream::new(stream);
         stream.set_write_timeout(Some(limits.header_timeout));
         let stream = Box::pin(stream);
+        let slot = idle.register();
         let handler = handler.clone();
+        let service_slot = slot.clone();
         let service = service_fn(move |req: Request<Incoming>| {
-            let handler = handler.clone();
+            let (handler, slot) = (handler.clone(), service_slot.clone());
             async move {
-                if let Some(refusal) = malformed(&req) {
-                    tracing::debug!(%peer, status = refusal.status().as_u16(), "malformed request refused");
-                    return Ok::<_, Infallible>(refusal);
+                if !slot.begin() {
+                    // Closed for room between its head and now; the answer goes nowhere.
+                    return Ok::<_, Infallible>(busy());
                 }
-                Ok(handler.handle(req, peer).await)
+                let answer = match malformed(&req) {
+                    Some(refusal) => {
+                        tracing::debug!(%peer, status = refusal.status().as_u16(), "malformed request refused");
+                        refusal
+                    }
+                    None => handler.handle(req, peer).await,
+                };
+                slot.end();
+                Ok(answer)
             }
         });
         let (watcher, builder, tls) = (graceful.watcher(), builder.clone(), limits.tls.clone());
         let handshake_timeout = limits.header_timeout;
+        let idle = idle.clone();
         tokio::spawn(async move {
-            let io: Box<dyn Io> = match tls {
-                None => Box::new(stream),
-                Some(acceptor) => {
-                    match tokio::time::timeout(handshake_timeout, acceptor.current().accept(stream))
+            let connection = async move {
+                let io: Box<dyn Io> = match tls {
+                    None => Box::new(stream),
+                    Some(acceptor) => {
+                        match tokio::time::timeout(
+                            handshake_timeout,
+                            acceptor.current().accept(stream),
+                        )
                         .await
-                    {
-                        Ok(Ok(tls)) => Box::new(tls),
-                        Ok(Err(e)) => {
-                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                            return;
-                        }
-                        Err(_) => {
-                            tracing::debug!(%peer, "TLS handshake timed out");
-                            return;
+                        {
+                            Ok(Ok(tls)) => Box::new(tls),
+                            Ok(Err(e)) => {
+                                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                                return;
+                            }
+                            Err(_) => {
+                                tracing::debug!(%peer, "TLS handshake timed out");
+                                return;
+                            }
                         }
                     }
+                };
+                // Errors here are the peer's: a reset, a timeout, malformed HTTP. hyper
+                // has already answered what could be answered.
+                if let Err(e) = watcher
+                    .watch(builder.serve_connection(TokioIo::new(io), service))
+                    .await
+                {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
                 }
             };
-            // Errors here are the peer's: a reset, a timeout, malformed HTTP. hyper has
-            // already answered what could be answered.
-            if let Err(e) = watcher
-                .watch(builder.serve_connection(TokioIo::new(io), service))
-                .await
-            {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            tokio::select! {
+                () = connection => {}
+                () = slot.closed.notified() => {}
             }
+            idle.forget(&slot);
             drop(permit);
         });
     }
@@ -137,6 +183,105 @@ where
         .is_err()
     {
         tracing::warn!("connections still open after {DRAIN_TIMEOUT:?}; closing them");
+    }
+}
+
+/// The answer to a request that arrived on a connection just closed for room: never sent
+/// in practice (the connection is gone), but the service must answer something.
+fn busy() -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(hyper::http::StatusCode::SERVICE_UNAVAILABLE)
+        .header(CONNECTION, "close")
+        .body(Full::new(Bytes::new()))
+        .expect("static header values are valid")
+}
+
+/// The open connections, for choosing which one gives up its slot.
+#[derive(Default)]
+struct Idle {
+    slots: std::sync::Mutex<std::collections::HashMap<u64, Arc<Slot>>>,
+    next_id: std::sync::atomic::AtomicU64,
+}
+
+/// One connection's state: between requests (or before its first), inside one, or closed
+/// for room. The two moves out of "between" are compare-and-swaps, so a connection is never
+/// both closed and handling a request: if the close wins, the request is not started; if
+/// the request wins, the close picks another connection.
+struct Slot {
+    id: u64,
+    state: std::sync::atomic::AtomicU8,
+    /// Since when it has been between requests.
+    since: std::sync::Mutex<Instant>,
+    closed: Notify,
+}
+
+const BETWEEN: u8 = 0;
+const IN_REQUEST: u8 = 1;
+const CLOSED: u8 = 2;
+
+impl Idle {
+    fn register(&self) -> Arc<Slot> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let slot = Arc::new(Slot {
+            id,
+            state: BETWEEN.into(),
+            since: std::sync::Mutex::new(Instant::now()),
+            closed: Notify::new(),
+        });
+        self.slots
+            .lock()
+            .expect("no panics while holding the lock")
+            .insert(id, slot.clone());
+        slot
+    }
+
+    fn forget(&self, slot: &Slot) {
+        self.slots
+            .lock()
+            .expect("no panics while holding the lock")
+            .remove(&slot.id);
+    }
+
+    /// Closes the connection that has been between requests the longest, if any.
+    fn close_oldest(&self) -> bool {
+        let slots = self.slots.lock().expect("no panics while holding the lock");
+        let mut candidates: Vec<(Instant, &Arc<Slot>)> = slots
+            .values()
+            .filter(|s| s.state.load(Ordering::Acquire) == BETWEEN)
+            .map(|s| {
+                (
+                    *s.since.lock().expect("no panics while holding the lock"),
+                    s,
+                )
+            })
+            .collect();
+        candidates.sort_by_key(|(since, _)| *since);
+        candidates.into_iter().any(|(_, s)| {
+            let won = s
+                .state
+                .compare_exchange(BETWEEN, CLOSED, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok();
+            if won {
+                // Stored if the task is not waiting yet: it will see it when it does.
+                s.closed.notify_one();
+            }
+            won
+        })
+    }
+}
+
+impl Slot {
+    /// A request starts; false if the connection was closed for room first.
+    fn begin(&self) -> bool {
+        self.state
+            .compare_exchange(BETWEEN, IN_REQUEST, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// The request was answered; the connection is between requests again.
+    fn end(&self) {
+        *self.since.lock().expect("no panics while holding the lock") = Instant::now();
+        self.state.store(BETWEEN, Ordering::Release);
     }
 }
 

@@ -19,7 +19,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::CONTENT_LENGTH;
 use hyper::http::{HeaderMap, Method};
@@ -77,6 +77,49 @@ impl Live {
     }
 }
 
+/// How long a body waits for room in the [`BodyBudget`] before it is answered 503: long
+/// enough to ride out a burst, short enough that the provider retries well inside its own
+/// timeout.
+pub const BODY_BUDGET_WAIT: Duration = Duration::from_secs(1);
+
+/// The bytes of request bodies held in memory at once, over all connections
+/// (`server.body_budget`). A body takes room as its bytes arrive and gives it back once its
+/// request is answered (after its commit), so memory is bounded by the budget rather than
+/// by `max_connections` times `max_body`, and a client holds only what it really sent.
+pub struct BodyBudget {
+    room: Arc<tokio::sync::Semaphore>,
+    total: usize,
+}
+
+impl BodyBudget {
+    pub fn new(bytes: u64) -> BodyBudget {
+        let total = usize::try_from(bytes)
+            .unwrap_or(usize::MAX)
+            .min(tokio::sync::Semaphore::MAX_PERMITS);
+        BodyBudget {
+            room: Arc::new(tokio::sync::Semaphore::new(total)),
+            total,
+        }
+    }
+
+    /// Bytes held now.
+    pub fn in_use(&self) -> usize {
+        self.total - self.room.available_permits()
+    }
+
+    /// Room for `bytes` more, waiting at most [`BODY_BUDGET_WAIT`].
+    async fn take(&self, bytes: usize) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let n = u32::try_from(bytes).ok()?;
+        if let Ok(p) = self.room.clone().try_acquire_many_owned(n) {
+            return Some(p);
+        }
+        tokio::time::timeout(BODY_BUDGET_WAIT, self.room.clone().acquire_many_owned(n))
+            .await
+            .ok()
+            .and_then(Result::ok)
+    }
+}
+
 /// The public request handler.
 pub struct Receiver {
     live: RwLock<Arc<Live>>,
@@ -84,6 +127,7 @@ pub struct Receiver {
     metrics: Arc<Metrics>,
     max_body: u64,
     body_timeout: Duration,
+    budget: Arc<BodyBudget>,
 }
 
 impl Receiver {
@@ -92,6 +136,7 @@ impl Receiver {
         server: &config::Server,
         writer: Writer,
         metrics: Arc<Metrics>,
+        budget: Arc<BodyBudget>,
     ) -> Receiver {
         Receiver {
             live: RwLock::new(Arc::new(Live::new(sources, server.trusted_proxies.clone()))),
@@ -99,6 +144,7 @@ impl Receiver {
             metrics,
             max_body: server.max_body,
             body_timeout: server.body_timeout,
+            budget,
         }
     }
 
@@ -106,6 +152,40 @@ impl Receiver {
     pub fn reload(&self, sources: &[Arc<Source>], trusted_proxies: Vec<Cidr>) {
         let live = Arc::new(Live::new(sources, trusted_proxies));
         *self.live.write().expect("no panics while holding the lock") = live;
+    }
+
+    /// Reads the body up to `max_body`, taking room in the budget for each chunk as it
+    /// arrives.
+    async fn read_body(
+        &self,
+        mut body: Incoming,
+        declared: Option<u64>,
+    ) -> Result<(Bytes, Option<tokio::sync::OwnedSemaphorePermit>), Outcome> {
+        let max = usize::try_from(self.max_body).unwrap_or(usize::MAX);
+        // Sized by the declared length (at most max_body): pages that are never written
+        // are never resident, so a client that declares much and sends little costs little.
+        let expected = declared.map_or(0, |n| usize::try_from(n).unwrap_or(max).min(max));
+        let mut bytes = bytes::BytesMut::with_capacity(expected);
+        let mut room: Option<tokio::sync::OwnedSemaphorePermit> = None;
+        while let Some(frame) = body.frame().await {
+            let Ok(data) = frame.map_err(|_| Outcome::BadBody)?.into_data() else {
+                continue; // trailers carry nothing we keep
+            };
+            if bytes.len() + data.len() > max {
+                return Err(Outcome::TooLarge);
+            }
+            let more = self
+                .budget
+                .take(data.len())
+                .await
+                .ok_or(Outcome::Overloaded)?;
+            match &mut room {
+                Some(r) => r.merge(more),
+                None => room = Some(more),
+            }
+            bytes.extend_from_slice(&data);
+        }
+        Ok((bytes.freeze(), room))
     }
 
     async fn receive(
@@ -124,15 +204,13 @@ impl Receiver {
         if declared.is_some_and(|n| n > self.max_body) {
             return (Outcome::TooLarge, None);
         }
-        let limited = Limited::new(body, self.max_body as usize);
-        let body = match tokio::time::timeout(self.body_timeout, limited.collect()).await {
-            Err(_) => return (Outcome::BodyTimeout, None),
-            Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
-                return (Outcome::TooLarge, None);
-            }
-            Ok(Err(_)) => return (Outcome::BadBody, None),
-            Ok(Ok(collected)) => collected.to_bytes(),
-        };
+        // `_room` holds the body's share of the budget until the request is answered.
+        let (body, _room) =
+            match tokio::time::timeout(self.body_timeout, self.read_body(body, declared)).await {
+                Err(_) => return (Outcome::BodyTimeout, None),
+                Ok(Err(outcome)) => return (outcome, None),
+                Ok(Ok(read)) => read,
+            };
 
         let input = Input {
             headers: &parts.headers,

@@ -223,3 +223,89 @@ async fn requests_that_rfc_9112_refuses_are_refused_on_both_listeners() {
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
     server.stop().await;
 }
+
+/// Slow and idle clients over the connection cap: the head timeout (30 s here) would free a
+/// slot only after a provider gave up, so the longest idle connection makes room instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_and_idle_clients_over_the_cap_do_not_hold_back_a_signed_request() {
+    let settings = SERVER.replace(
+        "header_timeout = \"1s\"",
+        "header_timeout = \"30s\"\nmax_connections = 8",
+    );
+    let server = TestServer::start_with(&settings, SOURCES).await;
+    let addr = server.public_addr();
+    // Twice the cap: slowloris heads that grow by a byte every 200 ms.
+    let mut attackers = Vec::new();
+    for i in 0..16 {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"POST /hooks/sw HTTP/1.1\r\nHost: test\r\n")
+            .await
+            .unwrap();
+        attackers.push(tokio::spawn(async move {
+            for _ in 0..150 {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                if s.write_all(format!("X-{i}: y\r\n").as_bytes())
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // A provider from another address signs and sends one event.
+    let body = event_body("msg_slowloris", "");
+    let signed = head(
+        &server,
+        "msg_slowloris",
+        &body,
+        &format!("Content-Length: {}", body.len()),
+    );
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+    let started = std::time::Instant::now();
+    let mut s = socket.connect(addr).await.unwrap();
+    s.write_all(
+        signed
+            .replace("\r\n\r\n", "\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .unwrap();
+    s.write_all(&body).await.unwrap();
+    let answer = read_to_close(&mut s).await;
+    let waited = started.elapsed();
+    eprintln!("a signed request behind 16 slow clients (cap 8) was answered in {waited:?}");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // A property, not a benchmark: far sooner than the 30 s a slot takes to time out.
+    assert!(waited < Duration::from_secs(10), "{waited:?}");
+    assert!(
+        metric(
+            &server.metrics().await,
+            r#"hookinbox_connections_closed_for_room_total{listener="public"}"#
+        ) >= 1.0
+    );
+    for a in attackers {
+        a.abort();
+    }
+
+    // The admin listener (16 slots) behind 40 idle local connections.
+    let admin: std::net::SocketAddr = server.admin.trim_start_matches("http://").parse().unwrap();
+    let mut idle = Vec::new();
+    for _ in 0..40 {
+        idle.push(TcpStream::connect(admin).await.unwrap());
+    }
+    let started = std::time::Instant::now();
+    let mut s = TcpStream::connect(admin).await.unwrap();
+    s.write_all(b"GET /readyz HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = read_to_close(&mut s).await;
+    let waited = started.elapsed();
+    eprintln!("/readyz behind 40 idle connections (cap 16) was answered in {waited:?}");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(waited < Duration::from_secs(10), "{waited:?}");
+    server.stop().await;
+}

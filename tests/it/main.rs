@@ -12,7 +12,8 @@
 //! - `dedup`: replays, concurrent identical deliveries, and same-id-different-bytes conflicts.
 //! - `install`: systemd readiness (READY=1 only once the listener answers), HTTPS with a
 //!   self-signed certificate, and X-Forwarded-For from trusted proxies only.
-//! - `limits`: body size (declared and chunked), stalled bodies, silent clients.
+//! - `limits`: body size (declared and chunked), stalled bodies, silent clients, RFC 9112
+//!   framing, and slow or idle clients over the connection cap.
 //! - `store_failure`: a full disk and a locked database answer 503, never 2xx, and recover;
 //!   under load too, with a write lock and a long read held in the `sqlite3` shell.
 //! - `failpoints` (with `--features failpoints`): an error, a SIGKILL or a panic at every
@@ -31,7 +32,7 @@
 //! - `operate`: replay, retention, backup, metrics and `check` against a filled inbox.
 //! - `inbox_sqlite`: the inbox is readable with the system's `sqlite3` while serving.
 //! - `resources`: bounded disk (pruning gives pages back; an inbox under retention stays
-//!   within a bound).
+//!   within a bound) and memory (bodies in flight stay within the budget).
 //! - `cli`: the binary's `check` and its error messages.
 //! - `inspect`: `events`, `show`, `conflicts` and `dead` on a real inbox: filters, pages,
 //!   exact bodies, exit codes, and provider strings escaped before a terminal.

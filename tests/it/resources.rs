@@ -114,3 +114,98 @@ async fn an_inbox_under_retention_stays_within_a_bound() {
     );
     server.stop().await;
 }
+
+/// The peak resident memory of a process, in KiB (`VmHWM`).
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// 200 unauthenticated connections each send all but the last byte of a 1 MiB body. With
+/// a 4 MiB budget they cannot take the process's memory with them: the first few fill
+/// the budget, the rest wait a second and get 503, and a signed request afterwards is
+/// stored. Without the budget this held 200 MiB of bodies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_in_flight_stay_within_the_memory_budget() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let settings = SERVER
+        .replace(
+            "max_body = \"64KiB\"",
+            "max_body = \"1MiB\"\nbody_budget = \"4MiB\"\nmax_connections = 400",
+        )
+        .replace("body_timeout = \"1s\"", "body_timeout = \"5s\"");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("inbox.db");
+    let config = dir.path().join("hookinbox.toml");
+    std::fs::write(&config, config_text(&settings, &db, ONE_SOURCE)).unwrap();
+    let proc = crate::proc::Proc::spawn(&config);
+    let before = peak_rss_kib(proc.pid());
+
+    const BODY: usize = 1024 * 1024;
+    let mut attackers = tokio::task::JoinSet::new();
+    for _ in 0..200 {
+        let addr = proc.public;
+        attackers.spawn(async move {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let head = format!(
+                "POST /hooks/sw HTTP/1.1\r\nHost: t\r\nContent-Length: {BODY}\r\nwebhook-id: x\r\n\r\n"
+            );
+            s.write_all(head.as_bytes()).await.unwrap();
+            let chunk = vec![b'a'; 64 * 1024];
+            let mut sent = 0;
+            while sent + chunk.len() < BODY {
+                match tokio::time::timeout(Duration::from_secs(8), s.write_all(&chunk)).await {
+                    Ok(Ok(())) => sent += chunk.len(),
+                    _ => break,
+                }
+            }
+            // Hold the connection; whatever the server answered (503), read it.
+            let mut answer = vec![0u8; 256];
+            let n = tokio::time::timeout(Duration::from_secs(8), s.read(&mut answer))
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or(0);
+            String::from_utf8_lossy(&answer[..n]).into_owned()
+        });
+    }
+    let mut refused = 0;
+    while let Some(answer) = attackers.join_next().await {
+        let answer = answer.unwrap();
+        if answer.starts_with("HTTP/1.1 503") {
+            assert!(
+                answer.to_ascii_lowercase().contains("retry-after: 5"),
+                "{answer}"
+            );
+            refused += 1;
+        }
+    }
+    let peak = peak_rss_kib(proc.pid());
+    eprintln!(
+        "200 nearly complete 1 MiB bodies, budget 4 MiB: peak RSS {} MiB (at start {} MiB), {refused} answered 503",
+        peak / 1024,
+        before / 1024
+    );
+    assert!(
+        refused > 150,
+        "most attackers found the budget full: {refused}"
+    );
+    assert!(peak < 96 * 1024, "peak RSS {peak} KiB");
+
+    // The budget is free again: a signed request is stored.
+    let scheme = first_scheme(&config);
+    let req = sign_with(
+        &scheme,
+        "after_attack",
+        &event_body("after_attack", ""),
+        hookinbox::clock::unix_now(),
+    );
+    let resp = send(&client(), &format!("http://{}", proc.public), "sw", &req)
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+}
