@@ -9,9 +9,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! cargo deb --version >/dev/null 2>&1; then
-    echo "installing cargo-deb" >&2
-    cargo install --locked cargo-deb
+# Pinned: the maintainer-script snippets it generates are part of what the package tests
+# check (packaging/debian/postinst relies on the shape of its sysusers snippet).
+CARGO_DEB_VERSION=3.8.0
+if ! cargo deb --version 2>/dev/null | grep -q " $CARGO_DEB_VERSION"; then
+    echo "installing cargo-deb $CARGO_DEB_VERSION" >&2
+    cargo install --locked cargo-deb --version "$CARGO_DEB_VERSION"
 fi
 cargo build --release --locked
 mkdir -p target/assets

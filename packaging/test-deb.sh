@@ -52,6 +52,9 @@ if command -v systemd-analyze >/dev/null 2>&1; then
         || fail "the unit's exposure $score is above 2.0"
 else
     echo "test-deb: SKIPPED systemd-analyze: not installed"
+    if [ -n "${HOOKINBOX_SKIP_LOG:-}" ]; then
+        echo "SKIPPED packaging/test-deb.sh systemd-analyze: not installed" >> "$HOOKINBOX_SKIP_LOG"
+    fi
 fi
 
 # An edited config survives a reinstall (dpkg keeps conffiles the operator changed).

@@ -37,6 +37,10 @@ targets=("$@")
 
 skip() {
     echo "fuzz: skipped, $1; the corpora still run as regression tests (cargo test --test it fuzz_corpora)"
+    # .ci/run lists every skip at its end.
+    if [ -n "${HOOKINBOX_SKIP_LOG:-}" ]; then
+        echo "SKIPPED fuzzing (scripts/fuzz.sh --ci): $1" >> "$HOOKINBOX_SKIP_LOG"
+    fi
     exit 0
 }
 

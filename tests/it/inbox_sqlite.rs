@@ -14,7 +14,11 @@ fn sqlite3(db: &std::path::Path, sql: &str) -> Option<String> {
     {
         Ok(out) => out,
         Err(e) => {
-            eprintln!("SKIPPED inbox_sqlite: no sqlite3 command ({e}); .ci/run installs it");
+            skip(
+                "SQLITE3",
+                "inbox_sqlite",
+                &format!("no sqlite3 command ({e}); .ci/run installs it"),
+            );
             return None;
         }
     };

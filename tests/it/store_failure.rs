@@ -67,7 +67,11 @@ async fn a_full_disk_answers_503_never_2xx_and_recovers_when_space_returns() {
     let disk = match SmallDisk::mount(&dir.path().join("disk"), "2m") {
         Ok(d) => d,
         Err(why) => {
-            eprintln!("SKIPPED a_full_disk_answers_503: {why} (run the suite as root, as CI does)");
+            skip(
+                "ROOT",
+                "a_full_disk_answers_503",
+                &format!("{why} (run the suite as root, as CI does)"),
+            );
             return;
         }
     };
@@ -167,7 +171,11 @@ async fn under_load_a_full_disk_is_refused_then_ingest_resumes_and_nothing_is_lo
     let disk = match SmallDisk::mount(&dir.path().join("disk"), "8m") {
         Ok(d) => d,
         Err(why) => {
-            eprintln!("SKIPPED under_load_a_full_disk: {why} (run the suite as root, as CI does)");
+            skip(
+                "ROOT",
+                "under_load_a_full_disk",
+                &format!("{why} (run the suite as root, as CI does)"),
+            );
             return;
         }
     };

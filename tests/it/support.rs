@@ -408,3 +408,26 @@ pub fn hookinbox(args: &[&str]) -> (i32, String, String) {
     let (code, out, err) = run_binary(args);
     (code, String::from_utf8_lossy(&out).into_owned(), err)
 }
+
+/// A test that needs something this machine lacks (root, `/dev/fuse`, the `sqlite3`
+/// command) says so and returns, unless `HOOKINBOX_REQUIRE_<REQUIREMENT>` is set: `.ci/run`
+/// sets it where the machine can, so that a skip there is a failure. A passing test's output
+/// is not shown, so every skip is also appended to `$HOOKINBOX_SKIP_LOG`, which `.ci/run`
+/// prints at its end.
+pub fn skip(requirement: &str, test: &str, why: &str) {
+    let var = format!("HOOKINBOX_REQUIRE_{requirement}");
+    if std::env::var_os(&var).is_some() {
+        panic!("{test} cannot run: {why}; and {var} is set, so this machine must run it");
+    }
+    let line = format!("SKIPPED {test}: {why}");
+    eprintln!("{line}");
+    if let Some(log) = std::env::var_os("HOOKINBOX_SKIP_LOG") {
+        use std::io::Write;
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap();
+        writeln!(file, "{line}").unwrap();
+    }
+}
