@@ -8,6 +8,8 @@
 //!     [--log FILE]
 //! hookinbox-loadgen bare --listen 127.0.0.1:8090 [--log FILE]   # reads each body, answers 200
 //! hookinbox-loadgen check --db inbox.db --source NAME --log FILE… [--receipts FILE…]
+//! hookinbox-loadgen attack --config FILE --source NAME --addr 127.0.0.1:8080 \
+//!     --kind bodies|slow [--connections 1000] [--body-size 1048576] [--duration 10s]
 //! ```
 //!
 //! `check` is the oracle (`hookinbox::oracle`) over the logs of earlier runs: it exits 1
@@ -28,6 +30,14 @@ use http_body_util::{BodyExt, Full};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum AttackKind {
+    /// Nearly complete bodies: memory
+    Bodies,
+    /// Heads that never finish: connection slots
+    Slow,
+}
 
 #[derive(Parser)]
 #[command(
@@ -82,6 +92,31 @@ enum Mode {
         #[arg(long)]
         log: Option<PathBuf>,
     },
+    /// Hold many unauthenticated connections open the way an attacker would, and meanwhile
+    /// send one signed request every half second on a fresh connection: report what the
+    /// signed requests got and how long they waited
+    Attack {
+        /// The hookinbox config whose source's secret signs the probe requests
+        #[arg(long)]
+        config: PathBuf,
+        #[arg(long)]
+        source: String,
+        /// host:port of the public listener
+        #[arg(long)]
+        addr: SocketAddr,
+        /// What the attackers do: send all but the last byte of a large body, or trickle a
+        /// request head a header line at a time
+        #[arg(long, value_enum)]
+        kind: AttackKind,
+        #[arg(long, default_value_t = 1000)]
+        connections: usize,
+        /// Body size the body attackers declare (and send all but one byte of)
+        #[arg(long, default_value_t = 1024 * 1024)]
+        body_size: usize,
+        /// How long the attack and the probes last
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        duration: Duration,
+    },
     /// Check an inbox against what `send` logged (and `bare` received): exit 1 on any loss
     Check {
         #[arg(long)]
@@ -110,6 +145,32 @@ fn main() -> anyhow::Result<()> {
             log,
             receipts,
         } => check(&db, &source, &log, &receipts),
+        Mode::Attack {
+            config,
+            source,
+            addr,
+            kind,
+            connections,
+            body_size,
+            duration,
+        } => {
+            let config = hookinbox::config::load(&config)?;
+            let scheme = config
+                .sources
+                .into_iter()
+                .find(|s| s.name == source)
+                .with_context(|| format!("no source {source:?} in the config"))?
+                .scheme;
+            runtime.block_on(attack(
+                Arc::new(scheme),
+                source,
+                addr,
+                kind,
+                connections,
+                body_size,
+                duration,
+            ))
+        }
         Mode::Send {
             config,
             source,
@@ -367,6 +428,119 @@ async fn send(
         ok as f64 / elapsed,
         pct(0.50) as f64 / 1000.0,
         pct(0.99) as f64 / 1000.0,
+    );
+    Ok(())
+}
+
+/// The attackers of `kind`, held for `duration`, and a signed probe every half second.
+async fn attack(
+    scheme: Arc<hookinbox::scheme::Scheme>,
+    source: String,
+    addr: SocketAddr,
+    kind: AttackKind,
+    connections: usize,
+    body_size: usize,
+    duration: Duration,
+) -> anyhow::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let deadline = Instant::now() + duration;
+    let mut attackers = tokio::task::JoinSet::new();
+    for i in 0..connections {
+        let source = source.clone();
+        attackers.spawn(async move {
+            let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {
+                return;
+            };
+            match kind {
+                AttackKind::Bodies => {
+                    let head = format!(
+                        "POST /hooks/{source} HTTP/1.1\r\nHost: x\r\nContent-Length: {body_size}\r\n\r\n"
+                    );
+                    if s.write_all(head.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    let chunk = vec![b'a'; 64 * 1024];
+                    let mut left = body_size.saturating_sub(1);
+                    while left > 0 && Instant::now() < deadline {
+                        let n = left.min(chunk.len());
+                        let until = tokio::time::Instant::from_std(deadline);
+                        match tokio::time::timeout_at(until, s.write_all(&chunk[..n])).await {
+                            Ok(Ok(())) => left -= n,
+                            _ => break,
+                        }
+                    }
+                }
+                AttackKind::Slow => {
+                    let head = format!("POST /hooks/{source} HTTP/1.1\r\nHost: x\r\n");
+                    if s.write_all(head.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    while Instant::now() < deadline {
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        if s.write_all(format!("X-{i}: y\r\n").as_bytes()).await.is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+            // Hold it to the end, reading whatever the server says.
+            let mut sink = [0u8; 1024];
+            let until = tokio::time::Instant::from_std(deadline);
+            while let Ok(Ok(n @ 1..)) = tokio::time::timeout_at(until, s.read(&mut sink)).await {
+                let _ = n;
+            }
+        });
+    }
+    // Let the attackers take their places first.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut waits = Vec::new();
+    let mut statuses = std::collections::BTreeMap::<String, usize>::new();
+    let mut n = 0;
+    while Instant::now() < deadline {
+        let id = format!("probe_{}_{n}", std::process::id());
+        n += 1;
+        let body = format!(r#"{{"id":"{id}","event_id":"{id}","type":"probe"}}"#);
+        let headers = scheme.sign(body.as_bytes(), &id, hookinbox::clock::unix_now());
+        let mut request = format!(
+            "POST /hooks/{source} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n",
+            body.len()
+        );
+        for (k, v) in &headers {
+            request.push_str(&format!("{k}: {}\r\n", v.to_str().unwrap_or("")));
+        }
+        request.push_str("\r\n");
+        request.push_str(&body);
+        let sent = Instant::now();
+        let answer = tokio::time::timeout(Duration::from_secs(30), async {
+            let mut s = tokio::net::TcpStream::connect(addr).await?;
+            s.write_all(request.as_bytes()).await?;
+            let mut buf = Vec::new();
+            s.read_to_end(&mut buf).await?;
+            Ok::<_, std::io::Error>(buf)
+        })
+        .await;
+        let status = match answer {
+            Ok(Ok(buf)) => String::from_utf8_lossy(&buf)
+                .split_whitespace()
+                .nth(1)
+                .unwrap_or("no answer")
+                .to_owned(),
+            Ok(Err(e)) => format!("error: {}", e.kind()),
+            Err(_) => "timed out after 30 s".to_owned(),
+        };
+        waits.push(sent.elapsed().as_secs_f64() * 1000.0);
+        *statuses.entry(status).or_default() += 1;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    attackers.abort_all();
+    waits.sort_by(|a, b| a.total_cmp(b));
+    let pct = |p: f64| waits.get(((waits.len() as f64 * p) as usize).min(waits.len().saturating_sub(1))).copied().unwrap_or(0.0);
+    println!(
+        "{{\"probes\":{},\"statuses\":{},\"p50_ms\":{:.1},\"max_ms\":{:.1}}}",
+        waits.len(),
+        serde_json::to_string(&statuses)?,
+        pct(0.5),
+        waits.last().copied().unwrap_or(0.0)
     );
     Ok(())
 }

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# What an attacker's connections cost hookinbox, and what a provider's signed request meets
+# meanwhile. Prints numbers, asserts nothing.
+#
+#   bench/attack.sh               # 1000 body attackers, then 2 x max_connections slow ones
+#   ATTACK_SECONDS=20 bench/attack.sh
+#
+# bodies  1000 unauthenticated connections each send all but the last byte of a 1 MiB
+#         body (max_body = 1MiB), with the default body_budget (64 MiB) and, for
+#         comparison in the same run, with a budget too large to matter (4 GiB): peak RSS
+#         of serve, and what signed probe requests (one every 0.5 s) got.
+# slow    2048 connections (2 x the default max_connections) trickle request heads one
+#         header a second: how long a signed probe from a new connection waits.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+seconds=${ATTACK_SECONDS:-10}
+cargo build --release --locked --features loadgen >&2
+bin=$PWD/target/release
+work=$(mktemp -d)
+pid=
+cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$work"; }
+trap cleanup EXIT
+# 1000-2048 attackers and as many accepted sockets, in one machine.
+ulimit -n 16384
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.1; done; echo "port $1 never opened" >&2; return 1; }
+peak_mib() { awk '/VmHWM/ {printf "%.0f", $2 / 1024}' "/proc/$1/status"; }
+
+run() { # $1 = label, $2 = body_budget, $3 = kind, $4 = connections
+    local pub admin
+    pub=$(free_port); admin=$(free_port)
+    rm -f "$work"/inbox.db*
+    cat >"$work/hookinbox.toml" <<TOML
+[server]
+listen = "127.0.0.1:$pub"
+max_body = "1MiB"
+body_budget = "$2"
+[admin]
+listen = "127.0.0.1:$admin"
+[store]
+path = "$work/inbox.db"
+[[sources]]
+name = "bench"
+scheme = "standard-webhooks"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+TOML
+    RUST_LOG=error "$bin/hookinbox" serve --config "$work/hookinbox.toml" 2>"$work/serve.log" &
+    pid=$!
+    wait_port "$pub"
+    local start_mib result
+    start_mib=$(peak_mib "$pid")
+    result=$("$bin/hookinbox-loadgen" attack --config "$work/hookinbox.toml" --source bench \
+        --addr "127.0.0.1:$pub" --kind "$3" --connections "$4" --duration "${seconds}s")
+    printf '%-38s peak RSS %4s MiB (%s at start)  probes: %s\n' "$1" "$(peak_mib "$pid")" "$start_mib" "$result"
+    kill "$pid"; wait "$pid" 2>/dev/null || true; pid=
+}
+
+run "bodies x1000, body_budget 64MiB" 64MiB bodies 1000
+run "bodies x1000, body_budget 4GiB (off)" 4GiB bodies 1000
+run "slow heads x2048, max_connections 1024" 64MiB slow 2048
