@@ -534,7 +534,12 @@ async fn attack(
     }
     attackers.abort_all();
     waits.sort_by(|a, b| a.total_cmp(b));
-    let pct = |p: f64| waits.get(((waits.len() as f64 * p) as usize).min(waits.len().saturating_sub(1))).copied().unwrap_or(0.0);
+    let pct = |p: f64| {
+        waits
+            .get(((waits.len() as f64 * p) as usize).min(waits.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0.0)
+    };
     println!(
         "{{\"probes\":{},\"statuses\":{},\"p50_ms\":{:.1},\"max_ms\":{:.1}}}",
         waits.len(),
