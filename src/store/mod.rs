@@ -451,7 +451,7 @@ mod tests {
     fn freed_pages_go_back_in_bounded_steps() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("inbox.db");
-        let c = open_writer(&p, Synchronous::Normal, true).unwrap();
+        let mut c = open_writer(&p, Synchronous::Normal, true).unwrap();
         c.execute_batch(
             "CREATE TABLE filler (x BLOB);
              WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2000)
@@ -464,8 +464,16 @@ mod tests {
             free > FREE_PAGE_RESERVE + FREE_PAGE_STEP,
             "{free} of {pages}"
         );
-        let mut released = 0;
-        let mut steps = 0;
+        // As the writer runs it: in a savepoint of a batch's transaction.
+        let mut tx = c.transaction().unwrap();
+        let sp = tx.savepoint().unwrap();
+        let first = release_free_pages(&sp).unwrap();
+        sp.commit().unwrap();
+        tx.commit().unwrap();
+        assert!(first >= FREE_PAGE_STEP, "{first}");
+        assert_eq!(page_counts(&c).unwrap().1, pages - first);
+        let mut released = first;
+        let mut steps = 1;
         loop {
             let before = page_counts(&c).unwrap().0;
             let n = release_free_pages(&c).unwrap();

@@ -112,6 +112,32 @@ async fn an_inbox_under_retention_stays_within_a_bound() {
         last * 2 < third * 3,
         "the inbox grew from {third} to {last} bytes while every payload was pruned"
     );
+
+    // A burst bigger than the free-page reserve: serve's own retention gives it back.
+    post_many(&server, "burst", 3000).await;
+    let after_burst = logical_size(&server);
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let free = loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let m = server.metrics().await;
+        let free = metric(&m, "hookinbox_inbox_free_pages");
+        let pruned = server.count("SELECT count(*) FROM payloads") == 0;
+        if pruned && free <= hookinbox::store::FREE_PAGE_RESERVE as f64 {
+            break free;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "free pages stayed at {free}"
+        );
+    };
+    let released = logical_size(&server);
+    eprintln!(
+        "after a burst of 3000: {after_burst} bytes; once retention ran: {released}, {free} free pages"
+    );
+    assert!(
+        released * 2 < after_burst,
+        "{released} is not below half of {after_burst}"
+    );
     server.stop().await;
 }
 
