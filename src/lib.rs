@@ -4,11 +4,12 @@
 //! # Layout
 //!
 //! - [`cli`]: the command line (clap), parsed in `main.rs` and dispatched to [`commands`].
-//! - [`config`]: the TOML file, validated into a [`config::Config`] with secrets loaded.
+//! - [`config`]: the TOML file, validated into a [`config::Config`] with secrets loaded;
+//!   warnings and the problems `check` reports.
 //! - [`secret`]: where secrets come from, and a type that never prints them.
 //! - [`scheme`]: one module per signature scheme; pure functions over (headers, body, now).
 //! - [`store`]: the inbox: schema and migrations, the single writer with group commit,
-//!   read-only connections.
+//!   read-only connections, retention, one `serve` per inbox, commit announcements.
 //! - [`receive`]: the public listener: limits, routing, verification, answers.
 //! - [`deliver`]: the worker that forwards stored events to their targets, with retries.
 //! - [`admin`]: the local admin listener: metrics and health.
