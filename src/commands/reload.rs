@@ -2,8 +2,9 @@
 //! waits for the answer, so that `systemctl reload hookinbox` fails when the reload was
 //! refused instead of reporting success the moment the signal is sent.
 //!
-//! The answer travels through a small file beside the inbox (`inbox.db.reload`): `serve`
-//! writes it at start-up and after every reload, with its PID, how many reloads it has
+//! The answer travels through a small file (`inbox.db.reload` beside the inbox, or in the
+//! unit's runtime directory under systemd, see [`path_for`]): `serve` writes it at start-up
+//! and after every reload, with its PID, how many reloads it has
 //! handled, and how the last one went. This command reads the count, signals, and waits
 //! for the count to move. The PID comes from systemd (`--pid $MAINPID`) or from the
 //! inbox's lock file, whose holder is by construction the serving process.
@@ -44,8 +45,17 @@ pub struct Status {
     pub at: String,
 }
 
-/// The status file of the inbox at `db`.
+/// Where `serve` writes its status: under systemd, in the unit's runtime directory
+/// (`RuntimeDirectory=`, `$RUNTIME_DIRECTORY`, which the unit's ExecReload sees too), so
+/// that it is found even when the edited file moved `store.path` (which only a restart
+/// applies); elsewhere beside the inbox at `db` (`inbox.db.reload`).
 pub fn path_for(db: &Path) -> PathBuf {
+    if let Some(dirs) = std::env::var_os("RUNTIME_DIRECTORY")
+        && let Some(dir) = std::env::split_paths(&dirs).next()
+        && !dir.as_os_str().is_empty()
+    {
+        return dir.join("reload-status.json");
+    }
     let mut p = db.as_os_str().to_owned();
     p.push(".reload");
     PathBuf::from(p)
@@ -133,8 +143,10 @@ pub fn run(
         }
         if Instant::now() >= deadline {
             anyhow::bail!(
-                "serve (PID {pid}) did not report a reload within {:?}; see its log \
-                 (journalctl -u hookinbox)",
+                "serve (PID {pid}) did not report a reload in {} within {:?}; see its log \
+                 (journalctl -u hookinbox). If the file's store.path changed, that takes a \
+                 restart, and the answer went beside the inbox it started with",
+                path_for(db).display(),
                 args.timeout
             );
         }

@@ -25,7 +25,7 @@ const OUTDATED: &str = "(d.order_key IS NOT NULL AND EXISTS (
            AND k.last_version >= d.order_version))";
 
 /// The event `e` still has its body (retention did not prune it).
-const HAS_PAYLOAD: &str = "EXISTS (SELECT 1 FROM payloads p WHERE p.event = e.id)";
+const HAS_PAYLOAD: &str = "EXISTS (SELECT 1 FROM payloads p WHERE p.event = d.event)";
 
 /// Deliveries re-queued per transaction, so that a large replay never holds the write lock
 /// for long.
@@ -148,13 +148,14 @@ pub fn run(
             let marks = vec!["?"; chunk.len()].join(", ");
             // A new schedule starts (schedule_base = attempts so far); the attempt numbers
             // the target sees count on.
+            // Still eligible now, inside the write transaction (an attempt may have
+            // started since the listing): checked row by row, correlated, so the update
+            // touches only the chunk's rows rather than scanning the table.
             let sql = format!(
-                "UPDATE deliveries
+                "UPDATE deliveries AS d
                     SET state = 'pending', next_attempt_at = ?1, schedule_base = attempts,
                         lease_until = NULL, last_error = 'replayed by the operator', updated_at = ?1
-                  WHERE id IN ({marks})
-                    AND id IN (SELECT d.id FROM deliveries d JOIN events e ON e.id = d.event
-                                WHERE {eligible})"
+                  WHERE d.id IN ({marks}) AND {eligible}"
             );
             let mut params: Vec<Value> = vec![now.clone().into()];
             params.extend(chunk.iter().map(|id| Value::Integer(*id)));

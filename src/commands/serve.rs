@@ -75,6 +75,27 @@ fn report_reload(db: &std::path::Path, reloads: u64, result: anyhow::Result<Stri
     }
 }
 
+/// How often, and by how much, the start timeout is extended while the inbox opens.
+const EXTEND_EVERY: Duration = Duration::from_secs(10);
+const EXTEND_BY_USEC: u32 = 30_000_000;
+
+/// Keeps telling systemd that start-up is progressing (`EXTEND_TIMEOUT_USEC`) until the
+/// returned guard is dropped. Outside systemd the notifications go nowhere.
+fn extend_start_timeout() -> std::sync::mpsc::Sender<()> {
+    let (done, wait) = std::sync::mpsc::channel::<()>();
+    let _ = std::thread::Builder::new()
+        .name("hookinbox-opening".into())
+        .spawn(move || {
+            // Ends when the sender is dropped (recv fails) or sends.
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                wait.recv_timeout(EXTEND_EVERY)
+            {
+                notify(&[NotifyState::ExtendTimeoutUsec(EXTEND_BY_USEC)]);
+            }
+        });
+    done
+}
+
 /// Tells systemd; a failure to (no socket, a full buffer) must not stop the service.
 fn notify(state: &[NotifyState]) {
     if let Err(e) = sd_notify::notify(state) {
@@ -209,12 +230,17 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     }
     // Before the inbox is opened: a second serve must not even migrate it.
     let inbox_lock = store::lock::InboxLock::acquire(&store_path)?;
-    let (writer, writer_thread) = Writer::start(
+    // Opening migrates, which may rewrite a large inbox once (minutes for many GiB): long
+    // past systemd's start timeout, which would kill it and start the rewrite again, forever.
+    let opening = extend_start_timeout();
+    let opened = Writer::start(
         store_path.clone(),
         config.store.synchronous,
         metrics.clone(),
-    )
-    .with_context(|| format!("opening the inbox {}", store_path.display()))?;
+    );
+    drop(opening);
+    let (writer, writer_thread) =
+        opened.with_context(|| format!("opening the inbox {}", store_path.display()))?;
 
     let public = TcpListener::bind(config.server.listen)
         .await

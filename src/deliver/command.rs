@@ -47,7 +47,8 @@ pub async fn run(argv: &[String], timeout: Duration, a: &Attempt<'_>) -> Result_
         .env_clear()
         .env("PATH", PATH)
         .env("HOOKINBOX_IDEMPOTENCY_KEY", a.idempotency_key)
-        .env("HOOKINBOX_EVENT_ID", env_text(a.event_id).as_ref())
+        // Ids hold no control characters (`scheme::check_id`): passed exactly as stored.
+        .env("HOOKINBOX_EVENT_ID", a.event_id)
         .env("HOOKINBOX_SOURCE", a.source)
         .env("HOOKINBOX_TARGET", a.target)
         .env("HOOKINBOX_ATTEMPT", a.attempt.to_string())
@@ -150,11 +151,31 @@ pub async fn run(argv: &[String], timeout: Duration, a: &Attempt<'_>) -> Result_
 }
 
 /// Provider text on its way into the environment, with control characters written out
-/// (`\x00`, as `terminal::escape` does): an environment cannot hold a NUL byte at all, so
-/// one in an event type (`"invoice.paid\u0000"` is valid JSON) would make every attempt
-/// fail to start, and a newline would confuse whoever parses `env`.
+/// (`\x00`, `\n`): an environment cannot hold a NUL byte at all, so one in an event type
+/// (`"invoice.paid\u0000"` is valid JSON) would make every attempt fail to start, and a
+/// newline would confuse whoever parses `env`. Everything else, invisible characters
+/// included, is passed as it is.
 fn env_text(s: &str) -> std::borrow::Cow<'_, str> {
-    crate::terminal::escape(s)
+    use std::fmt::Write as _;
+    if !s.chars().any(char::is_control) {
+        return s.into();
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        // Writing to a String cannot fail.
+        let _ = match c {
+            '\n' => write!(out, "\\n"),
+            '\r' => write!(out, "\\r"),
+            '\t' => write!(out, "\\t"),
+            '\0'..='\x1f' | '\x7f' => write!(out, "\\x{:02x}", c as u32),
+            c if c.is_control() => write!(out, "\\u{{{:x}}}", c as u32),
+            c => {
+                out.push(c);
+                Ok(())
+            }
+        };
+    }
+    out.into()
 }
 
 /// Reads everything (so the child never blocks on a full pipe) and keeps the first
@@ -203,5 +224,15 @@ mod tests {
         let r = run(&argv, Duration::from_secs(10), &a).await;
         assert_eq!(r.verdict, Verdict::Delivered, "{r:?}");
         assert_eq!(r.output.as_deref(), Some("stdout:\ninvoice.paid\\x00\n"));
+    }
+
+    #[test]
+    fn only_control_characters_are_written_out() {
+        assert_eq!(env_text("a\0b\nc\u{85}d"), "a\\x00b\\nc\\u{85}d");
+        // Invisible and bidi characters are text an id may hold: passed as they are.
+        assert_eq!(
+            env_text("gnp.\u{202e}exe\u{200b}"),
+            "gnp.\u{202e}exe\u{200b}"
+        );
     }
 }

@@ -217,7 +217,23 @@ struct Generation {
     /// None while running; Some(drain) once told to stop: how long its attempts may take.
     stop: watch::Sender<Option<Duration>>,
     tasks: JoinSet<()>,
+    /// Its (source, target) pairs.
+    targets: Vec<(String, String)>,
+    /// The pairs earlier reloads removed, which its sweeper retires (see
+    /// [`RETIRE_REMOVED_FOR`]).
+    removed: Vec<(String, String)>,
 }
+
+/// Targets removed by a reload, whose deliveries can still come back to `pending` after the
+/// reload retired them: a request that was in flight on the old configuration commits one,
+/// an old attempt ends in a retry, a lease of theirs expires. The new generation's sweeper
+/// retires them again on every sweep for this long: an attempt runs at most an hour, a
+/// lease at most two, and a request in flight finishes within its body and commit timeouts.
+const RETIRE_REMOVED_FOR: Duration = Duration::from_secs(2 * 3600 + 60);
+
+/// How often the sweeper looks when no target has a lease to set its pace (a configuration
+/// without targets that still retires removed ones).
+const SWEEP_WITHOUT_TARGETS: Duration = Duration::from_secs(30);
 
 /// The running worker.
 pub struct Deliverer {
@@ -243,7 +259,7 @@ impl Deliverer {
             metrics,
         };
         let health = Arc::new(Health::default());
-        let current = Self::spawn(Self::plan(sources)?, &shared, &health);
+        let current = Self::spawn(Self::plan(sources)?, Vec::new(), &shared, &health);
         Ok(Deliverer {
             shared,
             current,
@@ -265,10 +281,19 @@ impl Deliverer {
         Ok(Planned(runs))
     }
 
-    fn spawn(planned: Planned, shared: &Shared, health: &Health) -> Generation {
+    fn spawn(
+        planned: Planned,
+        removed: Vec<(String, String)>,
+        shared: &Shared,
+        health: &Health,
+    ) -> Generation {
         let Planned(runs) = planned;
         let (stop, stopped) = watch::channel(None);
         let shortest_lease = runs.iter().map(|t| t.lease).min();
+        let targets = runs
+            .iter()
+            .map(|t| (t.source.clone(), t.name.clone()))
+            .collect();
         let mut tasks = JoinSet::new();
         let mut beats = Vec::new();
         for target in runs {
@@ -283,21 +308,47 @@ impl Deliverer {
                 beat,
             ));
         }
-        if let Some(lease) = shortest_lease {
-            tasks.spawn(sweeper(lease, shared.clone(), stopped));
+        if shortest_lease.is_some() || !removed.is_empty() {
+            let every = shortest_lease.map_or(SWEEP_WITHOUT_TARGETS, sweep_interval);
+            let retire = Removed {
+                targets: removed.clone(),
+                until: Instant::now() + RETIRE_REMOVED_FOR,
+            };
+            tasks.spawn(sweeper(every, retire, shared.clone(), stopped));
         }
         *health
             .beats
             .lock()
             .expect("no panics while holding the lock") = beats;
-        Generation { stop, tasks }
+        Generation {
+            stop,
+            tasks,
+            targets,
+            removed,
+        }
     }
 
     /// Switches to the targets of a new configuration, planned beforehand (this cannot
     /// fail): the old loops stop claiming and finish their attempts in the background; new
     /// loops start at once. A claim is atomic, so the two never take the same delivery.
     pub fn switch(&mut self, planned: Planned) {
-        let next = Self::spawn(planned, &self.shared, &self.health);
+        let kept: Vec<(String, String)> = planned
+            .0
+            .iter()
+            .map(|t| (t.source.clone(), t.name.clone()))
+            .collect();
+        // Removed now, or by an earlier reload whose old attempts may still be running.
+        let mut removed: Vec<(String, String)> = self
+            .current
+            .targets
+            .iter()
+            .chain(&self.current.removed)
+            .filter(|pair| !kept.contains(pair))
+            .cloned()
+            .collect();
+        removed.sort();
+        removed.dedup();
+        let next = Self::spawn(planned, removed, &self.shared, &self.health);
         for g in &mut self.retiring {
             while g.tasks.try_join_next().is_some() {}
         }
@@ -331,13 +382,42 @@ fn sweep_interval(shortest_lease: Duration) -> Duration {
     (shortest_lease / 2).clamp(Duration::from_millis(500), Duration::from_secs(30))
 }
 
-async fn sweeper(lease: Duration, shared: Shared, mut stop: watch::Receiver<Option<Duration>>) {
-    let mut tick = tokio::time::interval(sweep_interval(lease));
+/// Targets a reload removed, retired again on every sweep until `until`.
+struct Removed {
+    targets: Vec<(String, String)>,
+    until: Instant,
+}
+
+async fn sweeper(
+    every: Duration,
+    removed: Removed,
+    shared: Shared,
+    mut stop: watch::Receiver<Option<Duration>>,
+) {
+    let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = stop.changed() => return,
+        }
+        if !removed.targets.is_empty() && Instant::now() < removed.until {
+            let pairs = removed.targets.clone();
+            match shared
+                .writer
+                .job(move |conn, now| queue::retire_targets(conn, &pairs, now))
+                .await
+            {
+                Ok(0) => {}
+                Ok(n) => tracing::warn!(
+                    deliveries = n,
+                    "deliveries of targets removed by the last reload came back after it; \
+                     they are dead too (`hookinbox replay --dead` sends them once the target is back)"
+                ),
+                Err(e) => {
+                    tracing::warn!(error = %e, "retiring removed targets' deliveries failed; will try again")
+                }
+            }
         }
         match shared.writer.sweep().await {
             Ok(0) => {}

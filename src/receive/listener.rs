@@ -63,7 +63,10 @@ impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
 /// Otherwise a few hundred slow or idle connections would hold every slot until their
 /// header timeout and a provider's signed request would wait behind them (Slack gives up
 /// after 3 s). Nothing is lost by it: a closed connection had no request in progress, and
-/// its client reconnects. A request that had started is never cut (see [`Slot`]).
+/// its client reconnects. A request that had started is never cut (see [`Slot`]); the
+/// answer's bytes are in hyper's hands before the connection counts as idle ([`Answer`]).
+/// A client that trickles its body is inside a request: `body_timeout` and the body budget
+/// bound it, not this.
 pub async fn serve<H, F>(listener: TcpListener, limits: Limits, handler: Arc<H>, shutdown: F)
 where
     H: Handler + Send + Sync + 'static,
@@ -79,7 +82,7 @@ where
         .max_headers(MAX_HEADERS)
         .max_buf_size(MAX_HEAD_BYTES);
     tokio::pin!(shutdown);
-    loop {
+    'accept: loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
@@ -89,22 +92,27 @@ where
                     continue;
                 }
             },
-            () = &mut shutdown => break,
+            () = &mut shutdown => break 'accept,
         };
         let permit = match permits.clone().try_acquire_owned() {
             Ok(p) => p,
-            Err(_) => {
-                if idle.close_oldest() {
+            // Every slot is taken: close the longest idle connection and take its slot when
+            // it is gone. If every connection is inside a request, wait for a slot, and try
+            // again whenever one of them finishes its request and so could be closed.
+            Err(_) => loop {
+                let closed = idle.close_oldest();
+                if closed {
                     if let Some(c) = &limits.closed_for_room {
                         c.inc();
                     }
                     tracing::debug!(%peer, "every connection slot was taken: closed the longest idle one");
                 }
                 tokio::select! {
-                    p = permits.clone().acquire_owned() => p.expect("the semaphore is never closed"),
-                    () = &mut shutdown => break,
+                    p = permits.clone().acquire_owned() => break p.expect("the semaphore is never closed"),
+                    () = idle.became_idle.notified(), if !closed => {}
+                    () = &mut shutdown => break 'accept,
                 }
-            }
+            },
         };
         let _ = stream.set_nodelay(true);
         // hyper has no write timeout: a peer that pipelines requests and never reads the
@@ -121,7 +129,7 @@ where
             async move {
                 if !slot.begin() {
                     // Closed for room between its head and now; the answer goes nowhere.
-                    return Ok::<_, Infallible>(busy());
+                    return Ok::<_, Infallible>(busy().map(|body| Answer { body, slot: None }));
                 }
                 let answer = match malformed(&req) {
                     Some(refusal) => {
@@ -130,8 +138,11 @@ where
                     }
                     None => handler.handle(req, peer).await,
                 };
-                slot.end();
-                Ok(answer)
+                // Between requests again once hyper has taken the whole answer to write.
+                Ok(answer.map(|body| Answer {
+                    body,
+                    slot: Some(slot),
+                }))
             }
         });
         let (watcher, builder, tls) = (graceful.watcher(), builder.clone(), limits.tls.clone());
@@ -196,11 +207,52 @@ fn busy() -> Response<Full<Bytes>> {
         .expect("static header values are valid")
 }
 
+/// An answer's body that puts its connection back between requests when hyper is done
+/// with it: dropped once hyper has taken every byte into its write buffer, not when the
+/// handler returns, so an answer is not cut while hyper still encodes it. (Bytes still in
+/// the socket's buffer for a client that does not read them can be cut; the event was
+/// committed, and the provider's retry hears "duplicate".)
+struct Answer {
+    body: Full<Bytes>,
+    slot: Option<Arc<Slot>>,
+}
+
+impl hyper::body::Body for Answer {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Infallible>>> {
+        std::pin::Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Drop for Answer {
+    fn drop(&mut self) {
+        if let Some(slot) = &self.slot {
+            slot.end();
+        }
+    }
+}
+
 /// The open connections, for choosing which one gives up its slot.
 #[derive(Default)]
 struct Idle {
     slots: std::sync::Mutex<std::collections::HashMap<u64, Arc<Slot>>>,
     next_id: std::sync::atomic::AtomicU64,
+    /// Told whenever a connection finishes a request: the accept loop, waiting because
+    /// every connection was inside one, may now close it for room.
+    became_idle: Arc<Notify>,
 }
 
 /// One connection's state: between requests (or before its first), inside one, or closed
@@ -213,6 +265,7 @@ struct Slot {
     /// Since when it has been between requests.
     since: std::sync::Mutex<Instant>,
     closed: Notify,
+    became_idle: Arc<Notify>,
 }
 
 const BETWEEN: u8 = 0;
@@ -227,6 +280,7 @@ impl Idle {
             state: BETWEEN.into(),
             since: std::sync::Mutex::new(Instant::now()),
             closed: Notify::new(),
+            became_idle: self.became_idle.clone(),
         });
         self.slots
             .lock()
@@ -281,7 +335,13 @@ impl Slot {
     /// The request was answered; the connection is between requests again.
     fn end(&self) {
         *self.since.lock().expect("no panics while holding the lock") = Instant::now();
-        self.state.store(BETWEEN, Ordering::Release);
+        if self
+            .state
+            .compare_exchange(IN_REQUEST, BETWEEN, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            self.became_idle.notify_one();
+        }
     }
 }
 

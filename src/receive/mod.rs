@@ -83,9 +83,11 @@ impl Live {
 pub const BODY_BUDGET_WAIT: Duration = Duration::from_secs(1);
 
 /// The bytes of request bodies held in memory at once, over all connections
-/// (`server.body_budget`). A body takes room as its bytes arrive and gives it back once its
-/// request is answered (after its commit), so memory is bounded by the budget rather than
-/// by `max_connections` times `max_body`, and a client holds only what it really sent.
+/// (`server.body_budget`). A body takes room as its bytes arrive and gives it back when it
+/// is dropped: after its request was refused, or with its event once the writer is done
+/// with it (even if the request stopped waiting for a stalled disk). So memory is bounded
+/// by the budget rather than by `max_connections` times `max_body`, and a client holds only
+/// what it really sent.
 pub struct BodyBudget {
     room: Arc<tokio::sync::Semaphore>,
     total: usize,
@@ -204,8 +206,9 @@ impl Receiver {
         if declared.is_some_and(|n| n > self.max_body) {
             return (Outcome::TooLarge, None);
         }
-        // `_room` holds the body's share of the budget until the request is answered.
-        let (body, _room) =
+        // `room` is the body's share of the budget; it goes with the body into the event,
+        // and is given back when the last of the two is dropped.
+        let (body, room) =
             match tokio::time::timeout(self.body_timeout, self.read_body(body, declared)).await {
                 Err(_) => return (Outcome::BodyTimeout, None),
                 Ok(Err(outcome)) => return (outcome, None),
@@ -258,6 +261,7 @@ impl Receiver {
             event_id: event_id.clone(),
             remote_addr: client.to_string(),
             body,
+            memory: room,
         };
         let outcome = match self.writer.ingest(event).await {
             Ok(Stored::New) => {

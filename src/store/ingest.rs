@@ -29,6 +29,10 @@ pub struct NewEvent {
     pub order: Option<(String, rusqlite::types::Value)>,
     /// The sender's address (see `proxy::client`).
     pub remote_addr: String,
+    /// The body's room in the receiver's memory budget: held as long as the event is, so
+    /// that an event still queued for a stalled disk after its request gave up still
+    /// counts against the budget.
+    pub memory: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 /// What the store did with an event.

@@ -57,7 +57,14 @@ impl InboxLock {
             .truncate(false)
             .open(&lock)
             .map_err(io)?;
-        match file.try_lock() {
+        // `hookinbox reload` takes a shared lock for an instant to see whether a serve
+        // holds it; a serve starting in that instant tries once more before giving up.
+        let mut locked = file.try_lock();
+        if matches!(locked, Err(TryLockError::WouldBlock)) {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            locked = file.try_lock();
+        }
+        match locked {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {
                 let mut text = String::new();

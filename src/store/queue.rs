@@ -363,3 +363,24 @@ pub fn retire_unknown_targets(
     }
     conn.execute(&sql, rusqlite::params_from_iter(values))
 }
+
+/// Marks `dead` the pending deliveries of these (source, target) pairs: targets a reload
+/// removed, whose deliveries came back to `pending` after the reload retired them. Walks
+/// only those pairs' rows (the `deliveries_due` index leads with source and target).
+pub fn retire_targets(
+    conn: &Connection,
+    pairs: &[(String, String)],
+    now: &str,
+) -> rusqlite::Result<usize> {
+    let mut retire = conn.prepare_cached(
+        "UPDATE deliveries
+            SET state = 'dead', updated_at = ?3,
+                last_error = 'the target is no longer in the configuration'
+          WHERE source = ?1 AND target = ?2 AND state = 'pending'",
+    )?;
+    let mut n = 0;
+    for (source, target) in pairs {
+        n += retire.execute(params![source, target, now])?;
+    }
+    Ok(n)
+}

@@ -637,7 +637,9 @@ async fn a_reload_applies_new_targets_and_retires_deliveries_of_removed_ones() {
         1
     );
 
-    let renamed = to_url(&sink.url(), "").replace("name = \"app\"", "name = \"app2\"");
+    // A short lease sweeps often (every half lease), for the last step below.
+    let renamed =
+        to_url(&sink.url(), "lease = \"6s\"").replace("name = \"app\"", "name = \"app2\"");
     server.reload(&renamed).await.unwrap();
     assert_eq!(
         wait_state(&server, "msg_before", "app", "dead").await,
@@ -658,6 +660,22 @@ async fn a_reload_applies_new_targets_and_retires_deliveries_of_removed_ones() {
     assert_eq!(
         wait_state(&server, "msg_after", "app2", "delivered").await,
         "delivered"
+    );
+
+    // A delivery of the removed target that comes back to pending after the reload (an
+    // old attempt's retry, an expired lease, a request in flight on the old sources) is
+    // retired again by the sweeper, not left pending with nobody to claim it.
+    let conn = rusqlite::Connection::open(&server.db).unwrap();
+    conn.busy_timeout(PATIENCE).unwrap();
+    conn.execute(
+        "UPDATE deliveries SET state = 'pending', last_error = 'came back' WHERE target = 'app'",
+        [],
+    )
+    .unwrap();
+    drop(conn);
+    assert_eq!(
+        wait_state(&server, "msg_before", "app", "dead").await,
+        "dead"
     );
     server.stop().await;
 }

@@ -294,3 +294,48 @@ fn reload_waits_for_the_answer_and_fails_when_the_reload_is_refused() {
     assert_eq!(code, 1);
     assert!(err.contains("no hookinbox serve is running"), "{err}");
 }
+
+/// Under systemd the answer lives in the unit's runtime directory, which ExecReload sees
+/// too: a reload is answered even when the edited file moved `store.path`.
+#[test]
+fn reload_is_answered_through_the_runtime_directory_when_store_path_moved() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    std::fs::create_dir(&run).unwrap();
+    let db = dir.path().join("inbox.db");
+    let config = dir.path().join("hookinbox.toml");
+    std::fs::write(&config, config_text(SERVER, &db, ONE_SOURCE)).unwrap();
+    let proc = crate::proc::Proc::spawn_env(
+        &config,
+        &[],
+        &[("RUNTIME_DIRECTORY", run.to_str().unwrap())],
+    );
+    assert!(run.join("reload-status.json").exists());
+    std::fs::write(
+        &config,
+        config_text(SERVER, &dir.path().join("moved.db"), ONE_SOURCE),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_hookinbox"))
+        .args([
+            "reload",
+            "--config",
+            config.to_str().unwrap(),
+            "--pid",
+            &proc.pid().to_string(),
+        ])
+        .env("RUNTIME_DIRECTORY", &run)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("store.path changed: a restart applies them"),
+        "{text}"
+    );
+    assert!(proc.sigterm().success());
+}

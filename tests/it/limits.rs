@@ -309,3 +309,69 @@ async fn slow_and_idle_clients_over_the_cap_do_not_hold_back_a_signed_request() 
     assert!(waited < Duration::from_secs(10), "{waited:?}");
     server.stop().await;
 }
+
+/// Every slot inside a request when a new peer connects: it waits, and the moment one of
+/// them finishes its request and sits idle on keep-alive, that one makes room; the new peer
+/// does not wait for a body timeout or a keep-alive timeout to free a slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_becomes_idle_at_the_cap_makes_room_at_once() {
+    let settings = SERVER
+        .replace(
+            "header_timeout = \"1s\"",
+            "header_timeout = \"30s\"\nmax_connections = 2",
+        )
+        .replace("body_timeout = \"1s\"", "body_timeout = \"6s\"");
+    let server = TestServer::start_with(&settings, SOURCES).await;
+    let addr = server.public_addr();
+    let signed = |id: &str| {
+        let body = event_body(id, "");
+        let h = head(
+            &server,
+            id,
+            &body,
+            &format!("Content-Length: {}", body.len()),
+        );
+        (h, body)
+    };
+    // A: a body that stalls (in a request until the 6 s body timeout).
+    let (head_a, body_a) = signed("msg_a");
+    let mut a = TcpStream::connect(addr).await.unwrap();
+    a.write_all(head_a.as_bytes()).await.unwrap();
+    a.write_all(&body_a[..5]).await.unwrap();
+    // B: a body that completes after 700 ms, then the connection stays open (keep-alive).
+    let (head_b, body_b) = signed("msg_b");
+    let mut b = TcpStream::connect(addr).await.unwrap();
+    b.write_all(head_b.as_bytes()).await.unwrap();
+    b.write_all(&body_b[..5]).await.unwrap();
+    let finish_b = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        b.write_all(&body_b[5..]).await.unwrap();
+        let mut buf = [0u8; 512];
+        let n = b.read(&mut buf).await.unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+        // Idle on keep-alive from here on; held until the test ends.
+        b
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // C arrives while both are inside their requests.
+    let (head_c, body_c) = signed("msg_c");
+    let started = std::time::Instant::now();
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    c.write_all(
+        head_c
+            .replace("\r\n\r\n", "\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .unwrap();
+    c.write_all(&body_c).await.unwrap();
+    let answer = read_to_close(&mut c).await;
+    let waited = started.elapsed();
+    eprintln!("with both slots inside requests, a new request was answered in {waited:?}");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // Sooner than A's body timeout, the only other way a slot would have been freed.
+    assert!(waited < Duration::from_secs(4), "{waited:?}");
+    let _b = finish_b.await.unwrap();
+    drop(a);
+    server.stop().await;
+}
