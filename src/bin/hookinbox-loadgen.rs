@@ -154,13 +154,7 @@ fn main() -> anyhow::Result<()> {
             body_size,
             duration,
         } => {
-            let config = hookinbox::config::load(&config)?;
-            let scheme = config
-                .sources
-                .into_iter()
-                .find(|s| s.name == source)
-                .with_context(|| format!("no source {source:?} in the config"))?
-                .scheme;
+            let scheme = scheme_of(&config, &source)?;
             runtime.block_on(attack(
                 Arc::new(scheme),
                 source,
@@ -182,13 +176,7 @@ fn main() -> anyhow::Result<()> {
             duplicates,
             log,
         } => {
-            let config = hookinbox::config::load(&config)?;
-            let scheme = config
-                .sources
-                .into_iter()
-                .find(|s| s.name == source)
-                .with_context(|| format!("no source {source:?} in the config"))?
-                .scheme;
+            let scheme = scheme_of(&config, &source)?;
             let plan = Plan {
                 url: format!("{}/hooks/{source}", url.trim_end_matches('/')),
                 connections,
@@ -200,6 +188,17 @@ fn main() -> anyhow::Result<()> {
             runtime.block_on(send(Arc::new(scheme), plan, log))
         }
     }
+}
+
+/// The scheme of `source` in the config at `path`, to sign as its provider would.
+fn scheme_of(path: &std::path::Path, source: &str) -> anyhow::Result<hookinbox::scheme::Scheme> {
+    let config = hookinbox::config::load(path)?;
+    Ok(config
+        .sources
+        .into_iter()
+        .find(|s| s.name == source)
+        .with_context(|| format!("no source {source:?} in the config"))?
+        .scheme)
 }
 
 fn check(
