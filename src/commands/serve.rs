@@ -61,9 +61,9 @@ fn log_advice(config: &Config) {
     }
 }
 
-/// Writes how the last reload went beside the inbox, for `hookinbox reload`. A failure to
-/// write is logged: the reload itself stands, and `hookinbox reload` then times out with
-/// a message pointing at the log.
+/// Writes how the last reload went where `hookinbox reload` looks (`reload::path_for`). A
+/// failure to write is logged: the reload itself stands, and `hookinbox reload` then times
+/// out with a message pointing at the log.
 fn report_reload(db: &std::path::Path, reloads: u64, result: anyhow::Result<String>) {
     let status = match result {
         Ok(applied) => reload::Status::new(reloads, true, applied),
@@ -428,7 +428,15 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                     }
                     Err(e) => {
                         tracing::error!("reload refused: {e:#}; the running configuration stays");
-                        let why: String = format!("{e:#}").chars().take(200).collect();
+                        // One line: sd_notify messages are newline-separated assignments,
+                        // and a TOML error spans several lines.
+                        let why: String = format!("{e:#}")
+                            .split_whitespace()
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                            .chars()
+                            .take(200)
+                            .collect();
                         format!("{}; the reload at {at} was refused: {why}", serving(sources))
                     }
                 };

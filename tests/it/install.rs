@@ -253,7 +253,9 @@ fn reload_waits_for_the_answer_and_fails_when_the_reload_is_refused() {
         );
         let status = next_status();
         assert!(
-            status.starts_with("serving 2 sources on") && status.contains("was refused"),
+            status.starts_with("serving 2 sources on")
+                && status.contains("was refused")
+                && status.contains(reason),
             "{status}"
         );
     }
