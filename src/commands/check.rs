@@ -101,8 +101,9 @@ fn conversion_warning(db: &Path) -> Option<String> {
         "the inbox {} ({} MiB, schema version {version}) is converted to version {} when \
          `serve` next starts: the file is rewritten once (VACUUM), which needs about {} MiB \
          free beside it at its peak{free} and takes about {REWRITE_SECONDS_PER_GIB} s per GiB \
-         on a small VM. Providers are not answered until it is done (they retry): take a \
-         `hookinbox backup` first and restart when traffic is low",
+         on a small VM. Providers are not answered until it is done (they retry; under \
+         systemd serve extends its start timeout meanwhile): take a `hookinbox backup` \
+         first and restart when traffic is low",
         db.display(),
         mib(size),
         store::schema_version(),
@@ -111,7 +112,8 @@ fn conversion_warning(db: &Path) -> Option<String> {
 }
 
 /// What the one-time rewrite took, measured on a 2-core VM with a 717 MiB inbox of 300,000
-/// events (BENCHMARKS.md, "Converting an inbox to schema 2"): 13–17 s, and at its peak the
-/// old file, the migration's copy and the WAL together used 3.1 times the file's size.
+/// events (BENCHMARKS.md, "Disk: pruning, giving pages back, and the schema 2 conversion"):
+/// 11–13 s, and at its peak the old file, the migration's copy and the WAL together used
+/// 3.1 times the file's size, so about twice its size must be free beside it.
 const REWRITE_SECONDS_PER_GIB: u64 = 25;
 const REWRITE_SPACE_FACTOR: u64 = 2;
