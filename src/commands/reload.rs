@@ -25,7 +25,8 @@ const POLL: Duration = Duration::from_millis(50);
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The serving process [default: the PID in the inbox's lock file]
-    #[arg(long, value_name = "PID")]
+    // 1 and up: kill(0) or kill(-n) would signal a whole process group.
+    #[arg(long, value_name = "PID", value_parser = clap::value_parser!(i32).range(1..))]
     pub pid: Option<i32>,
     /// How long to wait for its answer
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = crate::config::parse_duration)]
@@ -185,6 +186,8 @@ fn serving_pid(db: &Path) -> anyhow::Result<i32> {
     let text = std::fs::read_to_string(&lock_path)
         .with_context(|| format!("reading {}", lock_path.display()))?;
     text.trim()
-        .parse()
+        .parse::<i32>()
+        .ok()
+        .filter(|pid| *pid > 0)
         .with_context(|| format!("{} does not hold a PID yet; try again", lock_path.display()))
 }
