@@ -296,7 +296,15 @@ fn reload_is_answered_through_the_runtime_directory_when_store_path_moved() {
         &[],
         &[("RUNTIME_DIRECTORY", run.to_str().unwrap())],
     );
-    assert!(run.join("reload-status.json").exists());
+    // Written once serve is ready, a moment after it logs that it listens.
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while !run.join("reload-status.json").exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no status in the runtime directory"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     std::fs::write(
         &config,
         config_text(SERVER, &dir.path().join("moved.db"), ONE_SOURCE),

@@ -113,9 +113,10 @@ async fn an_inbox_under_retention_stays_within_a_bound() {
         "the inbox grew from {third} to {last} bytes while every payload was pruned"
     );
 
-    // A burst bigger than the free-page reserve: serve's own retention gives it back.
+    // A burst bigger than the free-page reserve: serve's own retention gives its pages back
+    // (retention runs meanwhile, so the peak is never seen whole). Had they only gone to the
+    // free list, about 1,200 pages would stay there, far above the reserve.
     post_many(&server, "burst", 3000).await;
-    let after_burst = logical_size(&server);
     let deadline = std::time::Instant::now() + PATIENCE;
     let free = loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -131,12 +132,13 @@ async fn an_inbox_under_retention_stays_within_a_bound() {
         );
     };
     let released = logical_size(&server);
-    eprintln!(
-        "after a burst of 3000: {after_burst} bytes; once retention ran: {released}, {free} free pages"
-    );
+    eprintln!("after a burst of 3000 and retention: {released} bytes, {free} free pages");
+    // Only the burst's identity rows (a few hundred bytes each) stay, and the reserve.
+    let reserve = hookinbox::store::FREE_PAGE_RESERVE * 4096;
+    let bound = last + 3000 * 512 + reserve + 512 * 1024;
     assert!(
-        released * 2 < after_burst,
-        "{released} is not below half of {after_burst}"
+        released <= bound,
+        "{released} bytes after the burst, above {bound}"
     );
     server.stop().await;
 }
