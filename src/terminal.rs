@@ -31,18 +31,25 @@ const GAP: &str = "  ";
 /// the same: the escaping is for safety, not a reversible encoding (JSON output is that),
 /// and doubling backslashes would make every JSON body unreadable.
 pub fn escape(s: &str) -> Cow<'_, str> {
-    escape_with(s, false)
+    escape_where(s, needs_escape)
 }
 
 /// Like [`escape`], but keeps line feeds and tabs, for multi-line text shown as a block (a
 /// body). Carriage returns are still escaped: `\r` alone rewrites the line it ends.
 pub fn escape_block(s: &str) -> Cow<'_, str> {
-    escape_with(s, true)
+    escape_where(s, |c| needs_escape(c) && c != '\n' && c != '\t')
 }
 
-fn escape_with(s: &str, keep_lines: bool) -> Cow<'_, str> {
-    let unsafe_char = |c: char| needs_escape(c) && !(keep_lines && (c == '\n' || c == '\t'));
-    let Some(first) = s.find(unsafe_char) else {
+/// Only control characters (C0, DEL, C1) written out, in the same way: for text that is
+/// not shown on a terminal but cannot hold them, such as a command's environment (no NUL
+/// can be in one). Invisible and bidi characters stay as they are.
+pub fn escape_controls(s: &str) -> Cow<'_, str> {
+    escape_where(s, char::is_control)
+}
+
+/// `s` with every character for which `unsafe_char` holds written out as visible text.
+fn escape_where(s: &str, unsafe_char: impl Fn(char) -> bool) -> Cow<'_, str> {
+    let Some(first) = s.find(&unsafe_char) else {
         return Cow::Borrowed(s);
     };
     let mut out = String::with_capacity(s.len() + 16);

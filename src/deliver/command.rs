@@ -151,31 +151,12 @@ pub async fn run(argv: &[String], timeout: Duration, a: &Attempt<'_>) -> Result_
 }
 
 /// Provider text on its way into the environment, with control characters written out
-/// (`\x00`, `\n`): an environment cannot hold a NUL byte at all, so one in an event type
-/// (`"invoice.paid\u0000"` is valid JSON) would make every attempt fail to start, and a
-/// newline would confuse whoever parses `env`. Everything else, invisible characters
-/// included, is passed as it is.
+/// (`\x00`, `\n`, as `terminal::escape_controls` does): an environment cannot hold a NUL
+/// byte at all, so one in an event type (`"invoice.paid\u0000"` is valid JSON) would make
+/// every attempt fail to start, and a newline would confuse whoever parses `env`.
+/// Everything else, invisible characters included, is passed as it is.
 fn env_text(s: &str) -> std::borrow::Cow<'_, str> {
-    use std::fmt::Write as _;
-    if !s.chars().any(char::is_control) {
-        return s.into();
-    }
-    let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        // Writing to a String cannot fail.
-        let _ = match c {
-            '\n' => write!(out, "\\n"),
-            '\r' => write!(out, "\\r"),
-            '\t' => write!(out, "\\t"),
-            '\0'..='\x1f' | '\x7f' => write!(out, "\\x{:02x}", c as u32),
-            c if c.is_control() => write!(out, "\\u{{{:x}}}", c as u32),
-            c => {
-                out.push(c);
-                Ok(())
-            }
-        };
-    }
-    out.into()
+    crate::terminal::escape_controls(s)
 }
 
 /// Reads everything (so the child never blocks on a full pipe) and keeps the first
