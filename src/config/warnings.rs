@@ -107,7 +107,8 @@ impl Config {
     /// What `serve` would only find out at run time, and `check` reports as errors (exit
     /// 3): a command target whose program is missing or not executable (its deliveries
     /// would be retried for a day before they die), and an inbox in a directory that this
-    /// user, or the service user when run as root, cannot write. `serve` logs them at
+    /// user cannot write, nor, for the file the packaged unit serves ([`SYSTEM_PATH`]) when
+    /// run as root, the service user. `serve` logs them at
     /// start-up and on reload and goes on receiving: a delivery target must never stop the
     /// receiving, and an unwritable inbox fails the start with its own error.
     pub fn problems(&self) -> Vec<String> {
@@ -121,7 +122,10 @@ impl Config {
                 }
             }
         }
-        if let Err(e) = store_problem(&self.store.path) {
+        // The unit's user matters only for the file the unit serves: a quick start run as
+        // root elsewhere is served by root.
+        let for_the_unit = self.path == Path::new(SYSTEM_PATH);
+        if let Err(e) = store_problem(&self.store.path, for_the_unit) {
             out.push(e);
         }
         out
@@ -170,8 +174,9 @@ fn program_problem(program: &str) -> Result<(), String> {
 }
 
 /// Why the inbox at `db` cannot be created or written, if it cannot: its directory (or the
-/// nearest one that exists, which `serve` creates the rest under) must be writable.
-fn store_problem(db: &Path) -> Result<(), String> {
+/// nearest one that exists, which `serve` creates the rest under) must be writable, by the
+/// service user too when `for_the_unit`.
+fn store_problem(db: &Path, for_the_unit: bool) -> Result<(), String> {
     use nix::unistd::{AccessFlags, access};
     let dir = db
         .parent()
@@ -197,7 +202,8 @@ fn store_problem(db: &Path) -> Result<(), String> {
         ));
     }
     // Root can write anywhere; the packaged service runs as its own user.
-    if nix::unistd::geteuid().is_root()
+    if for_the_unit
+        && nix::unistd::geteuid().is_root()
         && let Ok(Some(user)) = nix::unistd::User::from_name(SERVICE_USER)
         && !writable_by(target, &user)
     {
