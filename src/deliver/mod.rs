@@ -212,6 +212,16 @@ fn unix_millis() -> u64 {
 /// A configuration's targets, ready to start ([`Deliverer::plan`]).
 pub struct Planned(Vec<Arc<TargetRun>>);
 
+impl Planned {
+    /// Their (source, target) pairs.
+    fn pairs(&self) -> Vec<(String, String)> {
+        self.0
+            .iter()
+            .map(|t| (t.source.clone(), t.name.clone()))
+            .collect()
+    }
+}
+
 /// The loops started from one configuration.
 struct Generation {
     /// None while running; Some(drain) once told to stop: how long its attempts may take.
@@ -287,13 +297,10 @@ impl Deliverer {
         shared: &Shared,
         health: &Health,
     ) -> Generation {
+        let targets = planned.pairs();
         let Planned(runs) = planned;
         let (stop, stopped) = watch::channel(None);
         let shortest_lease = runs.iter().map(|t| t.lease).min();
-        let targets = runs
-            .iter()
-            .map(|t| (t.source.clone(), t.name.clone()))
-            .collect();
         let mut tasks = JoinSet::new();
         let mut beats = Vec::new();
         for target in runs {
@@ -332,11 +339,7 @@ impl Deliverer {
     /// fail): the old loops stop claiming and finish their attempts in the background; new
     /// loops start at once. A claim is atomic, so the two never take the same delivery.
     pub fn switch(&mut self, planned: Planned) {
-        let kept: Vec<(String, String)> = planned
-            .0
-            .iter()
-            .map(|t| (t.source.clone(), t.name.clone()))
-            .collect();
+        let kept = planned.pairs();
         // Removed now, or by an earlier reload whose old attempts may still be running.
         let mut removed: Vec<(String, String)> = self
             .current

@@ -101,10 +101,15 @@ pub fn open_current(path: &Path) -> Result<Connection, Error> {
     Ok(conn)
 }
 
+/// The schema version the inbox at `conn` is at (0 for a new, empty file).
+fn user_version(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.query_row("PRAGMA user_version", [], |r| r.get(0))
+}
+
 /// Refuses an inbox whose schema is not the one this binary reads and writes.
 pub fn require_current(conn: &Connection) -> Result<(), Error> {
     let known = schema_version();
-    let found: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let found = user_version(conn)?;
     match found.cmp(&known) {
         std::cmp::Ordering::Equal => Ok(()),
         std::cmp::Ordering::Less => Err(Error::Outdated { found, known }),
@@ -142,7 +147,7 @@ fn connect(path: &Path, sync: Synchronous, create: bool) -> Result<Connection, E
 
 fn migrate(conn: &Connection) -> Result<(), Error> {
     let known = schema_version();
-    let found: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let found = user_version(conn)?;
     if found > known {
         return Err(Error::TooNew { found, known });
     }
@@ -251,7 +256,7 @@ fn ensure_incremental_vacuum(conn: &Connection, path: &Path) -> Result<(), Error
 /// Whether opening the inbox for `serve` will rewrite the whole file once (schema version
 /// 2 needs incremental auto-vacuum, which only a VACUUM turns on), and its version.
 pub fn pending_rewrite(conn: &Connection) -> rusqlite::Result<(bool, i64)> {
-    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let version = user_version(conn)?;
     let vacuum: i64 = conn.query_row("PRAGMA auto_vacuum", [], |r| r.get(0))?;
     Ok((version > 0 && vacuum != INCREMENTAL, version))
 }

@@ -335,6 +335,9 @@ pub fn events(
         .collect()
 }
 
+/// Why a delivery of a target that left the configuration is dead.
+const NOT_CONFIGURED: &str = "the target is no longer in the configuration";
+
 /// Marks `dead` every pending delivery whose (source, target) is not in `configured`: no loop
 /// would ever claim it, so it would stay pending forever and hold its event back from
 /// retention. Run at start-up and on reload; `replay` brings them back once the target is
@@ -353,7 +356,7 @@ pub fn retire_unknown_targets(
     let sql = format!(
         "UPDATE deliveries
             SET state = 'dead', updated_at = ?1,
-                last_error = 'the target is no longer in the configuration'
+                last_error = '{NOT_CONFIGURED}'
           WHERE state = 'pending' AND NOT {known}"
     );
     let mut values: Vec<&str> = vec![now];
@@ -372,12 +375,12 @@ pub fn retire_targets(
     pairs: &[(String, String)],
     now: &str,
 ) -> rusqlite::Result<usize> {
-    let mut retire = conn.prepare_cached(
+    let mut retire = conn.prepare_cached(&format!(
         "UPDATE deliveries
             SET state = 'dead', updated_at = ?3,
-                last_error = 'the target is no longer in the configuration'
-          WHERE source = ?1 AND target = ?2 AND state = 'pending'",
-    )?;
+                last_error = '{NOT_CONFIGURED}'
+          WHERE source = ?1 AND target = ?2 AND state = 'pending'"
+    ))?;
     let mut n = 0;
     for (source, target) in pairs {
         n += retire.execute(params![source, target, now])?;

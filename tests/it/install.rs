@@ -7,30 +7,39 @@ use std::time::Duration;
 
 use crate::support::*;
 
-#[test]
-fn ready_is_notified_only_once_the_listener_answers_and_stopping_on_sigterm() {
-    let dir = tempfile::tempdir().unwrap();
-    let socket_path = dir.path().join("notify.sock");
+/// The unit's ExecStart, with the notify socket systemd would pass (beside `config`), and
+/// `env` added: the socket (30 s read timeout) and the running `serve`.
+fn serve_notifying(
+    config: &std::path::Path,
+    env: &[(&str, &str)],
+) -> (UnixDatagram, std::process::Child) {
+    let socket_path = config.with_file_name("notify.sock");
     let socket = UnixDatagram::bind(&socket_path).unwrap();
     socket
         .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_hookinbox"))
+        .args(["serve", "--config"])
+        .arg(config)
+        .env("NOTIFY_SOCKET", &socket_path)
+        .env("RUST_LOG", "warn")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    (socket, child)
+}
+
+#[test]
+fn ready_is_notified_only_once_the_listener_answers_and_stopping_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("inbox.db");
     let config = dir.path().join("hookinbox.toml");
     std::fs::write(&config, config_text(SERVER, &db, ONE_SOURCE)).unwrap();
-    // The unit's ExecStart, with the notify socket systemd would pass.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hookinbox"))
-        .args(["serve", "--config"])
-        .arg(&config)
-        .env("NOTIFY_SOCKET", &socket_path)
-        // WatchdogSec=0.4s: the service must feed it while it works.
-        .env("WATCHDOG_USEC", "400000")
-        .env("RUST_LOG", "warn,hookinbox::commands::serve=info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    // WatchdogSec=0.4s: the service must feed it while it works.
+    let (socket, mut child) = serve_notifying(&config, &[("WATCHDOG_USEC", "400000")]);
     let mut buf = [0u8; 4096];
     let n = socket.recv(&mut buf).expect("a notification within 30 s");
     let message = String::from_utf8_lossy(&buf[..n]).into_owned();
@@ -195,25 +204,11 @@ async fn x_forwarded_for_is_believed_only_from_a_configured_proxy() {
 #[test]
 fn reload_waits_for_the_answer_and_fails_when_the_reload_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let socket_path = dir.path().join("notify.sock");
-    let socket = UnixDatagram::bind(&socket_path).unwrap();
-    socket
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
     let db = dir.path().join("inbox.db");
     let config = dir.path().join("hookinbox.toml");
     let good = config_text(SERVER, &db, ONE_SOURCE);
     std::fs::write(&config, &good).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hookinbox"))
-        .args(["serve", "--config"])
-        .arg(&config)
-        .env("NOTIFY_SOCKET", &socket_path)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let (socket, mut child) = serve_notifying(&config, &[]);
     let mut buf = [0u8; 4096];
     let mut next_status = || loop {
         let n = socket.recv(&mut buf).expect("a notification within 30 s");
