@@ -62,20 +62,7 @@ pub enum Command {
     /// Print a correctly signed test request for a source (a curl command by default)
     ///
     /// Example: hookinbox sign --source demo | sh
-    Sign {
-        /// The configured source to sign for
-        #[arg(long, value_name = "NAME")]
-        source: String,
-        /// The body to sign: a file, or - for stdin [default: a small JSON test event]
-        #[arg(long, value_name = "FILE")]
-        body: Option<PathBuf>,
-        /// The event id, for schemes that carry it in a header [default: test_<unix nanoseconds>]
-        #[arg(long)]
-        id: Option<String>,
-        /// What to print
-        #[arg(long, value_enum, default_value_t = commands::sign::Format::Curl)]
-        format: commands::sign::Format,
-    },
+    Sign(commands::sign::Args),
     /// Queue deliveries again under their idempotency keys: one event, every dead delivery,
     /// or a time range (a running `serve` sends them within a second)
     Replay(commands::replay::Args),
@@ -140,10 +127,10 @@ pub fn run(cli: Cli) -> Exit {
             args,
             &mut std::io::stdout().lock(),
         ),
-        Command::Serve | Command::Check | Command::Sign { .. } => {
+        Command::Serve | Command::Check | Command::Sign(_) => {
             let purpose = match &cli.command {
                 Command::Check => config::Purpose::Check,
-                Command::Sign { source, .. } => config::Purpose::Sign(source),
+                Command::Sign(args) => config::Purpose::Sign(&args.source),
                 _ => config::Purpose::Serve,
             };
             let config = match config::load_for(&path, purpose) {
@@ -207,12 +194,7 @@ fn with_config(config: config::Config, command: Command) -> anyhow::Result<()> {
     let out = &mut std::io::stdout().lock();
     match command {
         Command::Check => commands::check::run(&config, out),
-        Command::Sign {
-            source,
-            body,
-            id,
-            format,
-        } => commands::sign::run(&config, &source, body.as_deref(), id, format, out),
+        Command::Sign(args) => commands::sign::run(&config, &args, out),
         Command::Serve => {
             commands::serve::abort_on_panic();
             let mut builder = tokio::runtime::Builder::new_multi_thread();
@@ -277,7 +259,7 @@ fn offline_command(
         Command::Dead(args) => commands::dead::run(db, args, out),
         Command::Serve
         | Command::Check
-        | Command::Sign { .. }
+        | Command::Sign(_)
         | Command::Generate { .. }
         | Command::Reload(_) => {
             unreachable!("dispatched by run")

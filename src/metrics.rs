@@ -26,6 +26,13 @@ pub struct FailureLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HandshakeLabels {
+    pub source: String,
+    /// A [`crate::scheme::Handshake::kind`]: `url_verification`, `challenge`, `ping`, …
+    pub kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StateLabels {
     /// A delivery state as the inbox spells it.
     pub state: &'static str,
@@ -57,6 +64,7 @@ pub struct Metrics {
     pub registry: Registry,
     pub requests: Family<RequestLabels, Counter>,
     pub signature_failures: Family<FailureLabels, Counter>,
+    pub handshakes: Family<HandshakeLabels, Counter>,
     /// Events per committed transaction: how well group commit is sharing the fsync.
     pub writer_batch_size: Histogram,
     pub writer_commit_seconds: Histogram,
@@ -98,6 +106,12 @@ impl Metrics {
             "signature_failures",
             "Requests refused by signature or timestamp checks, by reason",
             signature_failures.clone(),
+        );
+        let handshakes = Family::<HandshakeLabels, Counter>::default();
+        registry.register(
+            "handshakes",
+            "Provider handshakes answered (never stored), by source and kind",
+            handshakes.clone(),
         );
         let writer_batch_size = Histogram::new(exponential_buckets(1.0, 2.0, 10));
         registry.register(
@@ -208,6 +222,7 @@ impl Metrics {
             wal_bytes,
             requests,
             signature_failures,
+            handshakes,
             writer_batch_size,
             writer_commit_seconds,
             writer_commit_failures,
@@ -228,6 +243,15 @@ impl Metrics {
             .get_or_create(&FailureLabels {
                 source: source.to_owned(),
                 reason,
+            })
+            .inc();
+    }
+
+    pub fn handshake(&self, source: &str, kind: &'static str) {
+        self.handshakes
+            .get_or_create(&HandshakeLabels {
+                source: source.to_owned(),
+                kind,
             })
             .inc();
     }

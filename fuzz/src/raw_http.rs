@@ -310,7 +310,8 @@ fn signed_request(c: &mut Choices, server: &mut Server) -> (Vec<u8>, Signed, boo
         .scheme;
     let now = hookinbox::clock::unix_now();
     let mut headers: Vec<(String, Vec<u8>)> = scheme
-        .sign(&body, &id, now)
+        .sign_post(&body, &id, now)
+        .headers
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
         .collect();

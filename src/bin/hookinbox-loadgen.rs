@@ -366,7 +366,9 @@ async fn send(
                 let body = format!(
                     r#"{{"id":"{id}","event_id":"{id}","type":"load.test","pad":"{pad}"}}"#
                 );
-                let headers = scheme.sign(body.as_bytes(), &id, hookinbox::clock::unix_now());
+                let headers = scheme
+                    .sign_post(body.as_bytes(), &id, hookinbox::clock::unix_now())
+                    .headers;
                 let mut req = client.post(&plan.url).body(body.clone());
                 for (k, v) in &headers {
                     req = req.header(k, v);
@@ -499,7 +501,9 @@ async fn attack(
         let id = format!("probe_{}_{n}", std::process::id());
         n += 1;
         let body = format!(r#"{{"id":"{id}","event_id":"{id}","type":"probe"}}"#);
-        let headers = scheme.sign(body.as_bytes(), &id, hookinbox::clock::unix_now());
+        let headers = scheme
+            .sign_post(body.as_bytes(), &id, hookinbox::clock::unix_now())
+            .headers;
         let mut request = format!(
             "POST /hooks/{source} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n",
             body.len()

@@ -24,14 +24,25 @@ pub fn run(config: &Config, out: &mut impl Write) -> anyhow::Result<()> {
         config.store.synchronous
     )?;
     for s in &config.sources {
+        let methods: Vec<&str> = s
+            .scheme
+            .verifier()
+            .methods()
+            .iter()
+            .map(|m| m.as_str())
+            .collect();
         writeln!(
             out,
-            "  source  {:<16} scheme={:<17} POST {HOOKS_PREFIX}{}  secrets={}",
+            "  source  {:<16} scheme={:<17} {} {HOOKS_PREFIX}{}  secrets={}",
             s.name,
-            s.scheme.kind().name(),
+            s.scheme.name(),
+            methods.join(","),
             s.name,
             s.secret_origins.len()
         )?;
+        if let Some(rule) = s.scheme.id_rule() {
+            writeln!(out, "          event id {}", rule.describe())?;
+        }
         for t in &s.targets {
             let what = match &t.kind {
                 TargetKind::Url(url) => format!("url {url}"),

@@ -3,13 +3,14 @@
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
-use crate::clock;
 use crate::config::Config;
 use crate::receive::HOOKS_PREFIX;
+use crate::scheme::Draft;
+use crate::{clock, secret};
 
 /// How to print the request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -20,25 +21,35 @@ pub enum Format {
     Headers,
 }
 
-/// The body sent when none is given: carries the id where schemes read it from the body
-/// (Stripe `/id`, Slack `/event_id`).
-pub fn demo_body(id: &str) -> Vec<u8> {
-    format!(
-        r#"{{"id":"{id}","event_id":"{id}","type":"hookinbox.test","data":{{"hello":"world"}}}}"#
-    )
-    .into_bytes()
+/// `hookinbox sign`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The configured source to sign for
+    #[arg(long, value_name = "NAME")]
+    pub source: String,
+    /// The body to sign: a file, or - for stdin [default: a small test event in the
+    /// provider's shape]
+    #[arg(long, value_name = "FILE")]
+    pub body: Option<PathBuf>,
+    /// The event id, for schemes that carry it in a header [default: test_<unix nanoseconds>]
+    #[arg(long)]
+    pub id: Option<String>,
+    /// Print the provider's handshake (a challenge, a ping, a subscription check) instead of
+    /// an event
+    #[arg(long)]
+    pub handshake: bool,
+    /// The private key, for schemes verified with public keys (Discord, SendGrid, Standard
+    /// Webhooks v1a): a file:, env: or credential: reference, or the key itself
+    #[arg(long, value_name = "KEY")]
+    pub signing_key: Option<String>,
+    /// What to print
+    #[arg(long, value_enum, default_value_t = Format::Curl)]
+    pub format: Format,
 }
 
-/// Writes the signed request for `source`. `body` is a file path, `-` for stdin, or `None`
-/// for [`demo_body`].
-pub fn run(
-    config: &Config,
-    source: &str,
-    body: Option<&Path>,
-    id: Option<String>,
-    format: Format,
-    out: &mut impl Write,
-) -> anyhow::Result<()> {
+/// Writes the signed request for `args.source`.
+pub fn run(config: &Config, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
+    let source = args.source.as_str();
     let Some(src) = config.source(source) else {
         let names: Vec<&str> = config.sources.iter().map(|s| s.name.as_str()).collect();
         anyhow::bail!(
@@ -47,14 +58,29 @@ pub fn run(
             names.join(", ")
         );
     };
-    let id = id.unwrap_or_else(|| {
+    let verifier = src.scheme.verifier();
+    let signing_key = match &args.signing_key {
+        Some(reference) => Some(
+            secret::resolve(reference, None)
+                .map(|(s, _)| s)
+                .map_err(|e| anyhow::anyhow!("--signing-key: {e}"))?,
+        ),
+        None if verifier.needs_signing_key() => anyhow::bail!(
+            "source {source:?} (scheme {}) verifies signatures with a public key, so signing \
+             needs the private key: --signing-key file:/path/to/key (docs/providers.md shows \
+             how to make a test key pair)",
+            src.scheme.name()
+        ),
+        None => None,
+    };
+    let id = args.id.clone().unwrap_or_else(|| {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
         format!("test_{nanos}")
     });
-    let body = match body {
-        None => demo_body(&id),
+    let body = match args.body.as_deref() {
+        None => verifier.demo_body(&id),
         Some(p) if p == Path::new("-") => {
             let mut b = Vec::new();
             std::io::stdin()
@@ -66,36 +92,64 @@ pub fn run(
             std::fs::read(p).with_context(|| format!("reading the body from {}", p.display()))?
         }
     };
-    let headers = src.scheme.sign(&body, &id, clock::unix_now());
-    match format {
+    let path = format!("{HOOKS_PREFIX}{source}");
+    let draft = Draft {
+        body: &body,
+        id: &id,
+        now: clock::unix_now(),
+        path: &path,
+        signing_key: signing_key.as_ref(),
+    };
+    let sample = if args.handshake {
+        verifier.sign_handshake(&draft).ok_or_else(|| {
+            anyhow::anyhow!(
+                "scheme {} has no handshake; sign without --handshake for an event",
+                src.scheme.name()
+            )
+        })?
+    } else {
+        src.scheme.sign(&draft)
+    };
+    match args.format {
         Format::Headers => {
-            for (name, value) in &headers {
+            for (name, value) in &sample.headers {
                 writeln!(out, "{name}: {}", value.to_str().unwrap_or("?"))?;
             }
         }
         Format::Curl => {
-            let url = format!(
-                "http://{}{HOOKS_PREFIX}{source}",
-                reachable(config.server.listen)
-            );
-            write!(
-                out,
-                "curl -sS -i -X POST {} \\\n  -H 'Content-Type: application/json'",
-                quote(&url)
-            )?;
-            for (name, value) in &headers {
+            let mut url = format!("http://{}{path}", reachable(config.server.listen));
+            if let Some(q) = &sample.query {
+                url.push('?');
+                url.push_str(q);
+            }
+            write!(out, "curl -sS -i -X {} {}", sample.method, quote(&url))?;
+            let has_type = sample
+                .headers
+                .iter()
+                .any(|(n, _)| *n == hyper::header::CONTENT_TYPE);
+            if !has_type && !sample.body.is_empty() {
+                write!(out, " \\\n  -H 'Content-Type: application/json'")?;
+            }
+            for (name, value) in &sample.headers {
                 write!(
                     out,
                     " \\\n  -H {}",
                     quote(&format!("{name}: {}", value.to_str().unwrap_or("?")))
                 )?;
             }
-            match std::str::from_utf8(&body) {
-                Ok(text) => writeln!(out, " \\\n  --data-binary {}", quote(text))?,
-                Err(_) => writeln!(
-                    out,
-                    " \\\n  --data-binary @BODY_FILE   # the body is binary: pass the file you signed"
-                )?,
+            if sample.method == hyper::http::Method::HEAD {
+                // curl -X HEAD would wait for a body that never comes.
+                writeln!(out, " \\\n  --head")?;
+            } else if sample.body.is_empty() {
+                writeln!(out)?;
+            } else {
+                match std::str::from_utf8(&sample.body) {
+                    Ok(text) => writeln!(out, " \\\n  --data-binary {}", quote(text))?,
+                    Err(_) => writeln!(
+                        out,
+                        " \\\n  --data-binary @BODY_FILE   # the body is binary: pass the file you signed"
+                    )?,
+                }
             }
         }
     }

@@ -519,7 +519,7 @@ url = "http://127.0.0.1:3000/hooks"
             "hmac = { header = \"X-Sig\" }\n[[sources.targets]]",
         );
         assert!(
-            err(&base).contains("id_header or id_pointer"),
+            err(&base).contains("set id_header, id_pointer or id"),
             "{}",
             err(&base)
         );

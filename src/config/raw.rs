@@ -8,7 +8,6 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 
 use super::*;
-use crate::scheme;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -86,11 +85,17 @@ pub(super) struct RawStore {
     pub(super) retention_interval: Duration,
 }
 
+/// One `[[sources]]` table. Not `deny_unknown_fields`: the keys it does not know are the
+/// scheme's settings, which the scheme reads and checks (an unknown key is still an error,
+/// naming the key).
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 pub(super) struct RawSource {
     pub(super) name: String,
-    pub(super) scheme: String,
+    /// Optional here so that a misspelt key (`shceme`) is named in the error, rather than
+    /// "missing field".
+    #[serde(default)]
+    pub(super) scheme: Option<String>,
+    #[serde(default)]
     pub(super) secrets: Vec<String>,
     #[serde(default)]
     pub(super) account: String,
@@ -108,12 +113,25 @@ pub(super) struct RawSource {
     /// …or a JSON pointer into the body.
     #[serde(default)]
     pub(super) id_pointer: Option<String>,
+    /// …or a list of parts joined (`["/event", "header:X-Id"]`), or `"sha256"` (the body's
+    /// hash).
     #[serde(default)]
-    pub(super) hmac: Option<scheme::hmac::Spec>,
+    pub(super) id: Option<RawId>,
     #[serde(default)]
     pub(super) order: Option<Order>,
     #[serde(default)]
     pub(super) targets: Vec<RawTarget>,
+    /// Everything else: the scheme's own settings.
+    #[serde(flatten)]
+    pub(super) settings: toml::Table,
+}
+
+/// The `id` key: one rule written as text, or several parts joined.
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawId {
+    One(String),
+    Parts(Vec<String>),
 }
 
 #[derive(Deserialize)]

@@ -6,9 +6,10 @@ use std::path::Path;
 
 use hyper::http::{HeaderName, StatusCode};
 
-use super::raw::{RawConfig, RawSource, RawTarget};
+use super::raw::{RawConfig, RawId, RawSource, RawTarget};
 use super::*;
-use crate::scheme::{self, IdRule, Kind, Scheme};
+use crate::scheme::setup::Loaded;
+use crate::scheme::{self, IdRule, Scheme, Setup};
 use crate::secret::{self, Origin, Secret};
 
 /// Where relative paths and `credential:` secrets are found, and how strictly secrets load.
@@ -164,57 +165,19 @@ pub(super) fn validate(
 }
 
 fn validate_source(rs: RawSource, at: &str, paths: &Paths) -> Result<Source, String> {
-    let kind = match (rs.scheme.as_str(), rs.hmac) {
-        ("standard-webhooks", None) => Kind::StandardWebhooks,
-        ("stripe", None) => Kind::Stripe,
-        ("github", None) => Kind::Github,
-        ("shopify", None) => Kind::Shopify,
-        ("slack", None) => Kind::Slack,
-        ("gitlab", None) => Kind::Gitlab,
-        ("hmac", Some(spec)) => Kind::Hmac(validate_hmac(spec, at)?),
-        ("hmac", None) => {
-            return Err(format!(
-                "{at}: scheme \"hmac\" needs an [sources.hmac] table"
-            ));
-        }
-        (_, Some(_)) if is_known_scheme(&rs.scheme) => {
-            return Err(format!("{at}.hmac is only for scheme = \"hmac\""));
-        }
-        (other, _) => {
-            return Err(format!(
-                "{at}.scheme {other:?} is unknown; use one of standard-webhooks, stripe, github, \
-                 shopify, slack, gitlab, hmac"
-            ));
-        }
-    };
-    let id = match (rs.id_header, rs.id_pointer) {
-        (Some(_), Some(_)) => return Err(format!("{at}: set id_header or id_pointer, not both")),
-        (Some(h), None) => Some(IdRule::Header(
-            HeaderName::from_bytes(h.as_bytes())
-                .map_err(|_| format!("{at}.id_header {h:?} is not a valid header name"))?,
-        )),
-        (None, Some(p)) => {
-            if !p.starts_with('/') {
-                return Err(format!(
-                    "{at}.id_pointer {p:?} must be a JSON pointer like \"/id\""
-                ));
-            }
-            Some(IdRule::Pointer(p))
-        }
-        (None, None) => None,
-    };
-    // These schemes sign their own event id (Standard Webhooks signs webhook-id; Stripe and
-    // Slack carry it in the signed body). An id from another header would be unsigned, so a
-    // captured request replayed with a new id would pass as a new event.
-    if matches!(id, Some(IdRule::Header(_)))
-        && matches!(kind, Kind::StandardWebhooks | Kind::Stripe | Kind::Slack)
-    {
+    let Some(scheme_name) = rs.scheme else {
+        let unknown: Vec<String> = rs.settings.keys().map(|k| format!("{k:?}")).collect();
+        let hint = if unknown.is_empty() {
+            String::new()
+        } else {
+            format!(" (unknown keys here: {})", unknown.join(", "))
+        };
         return Err(format!(
-            "{at}.id_header: scheme {:?} signs its own event id; an id from an unsigned header \
-             would let a replayed request pass as new (id_pointer into the signed body is allowed)",
-            kind.name()
+            "{at}.scheme is missing{hint}; set scheme to one of {}",
+            scheme::providers::names().join(", ")
         ));
-    }
+    };
+    let id = id_rule(rs.id_header, rs.id_pointer, rs.id, at)?;
     if let Some(order) = &rs.order
         && !(order.key.starts_with('/') && order.version.starts_with('/'))
     {
@@ -222,20 +185,10 @@ fn validate_source(rs: RawSource, at: &str, paths: &Paths) -> Result<Source, Str
             "{at}.order: key and version are JSON pointers like \"/data/object/id\""
         ));
     }
-    if matches!(kind, Kind::Hmac(_)) && id.is_none() {
-        return Err(format!(
-            "{at}: scheme \"hmac\" has no standard event id; set id_header or id_pointer"
-        ));
-    }
-    let tolerance = rs.tolerance.unwrap_or(scheme::DEFAULT_TOLERANCE);
-    if !(MIN_TOLERANCE..=MAX_TOLERANCE).contains(&tolerance) {
+    if let Some(tolerance) = rs.tolerance
+        && !(MIN_TOLERANCE..=MAX_TOLERANCE).contains(&tolerance)
+    {
         return Err(format!("{at}.tolerance must be between 1s and 7d"));
-    }
-    if rs.tolerance.is_some() && !kind.signs_timestamp() {
-        return Err(format!(
-            "{at}.tolerance: scheme {:?} signs no timestamp, so a tolerance cannot apply",
-            kind.name()
-        ));
     }
     let on_conflict = StatusCode::from_u16(rs.on_conflict)
         .ok()
@@ -246,22 +199,25 @@ fn validate_source(rs: RawSource, at: &str, paths: &Paths) -> Result<Source, Str
             "{at}: keep_identity must be at least keep_payload (the identity row outlives the body)"
         ));
     }
-    if rs.secrets.is_empty() {
-        return Err(format!(
-            "{at}.secrets is empty; give at least one (several = rotation)"
-        ));
-    }
     let mut secrets = Vec::with_capacity(rs.secrets.len());
     let mut secret_origins = Vec::with_capacity(rs.secrets.len());
     for (j, reference) in rs.secrets.iter().enumerate() {
         let (secret, origin) = paths
             .secret(reference, Some(&rs.name))
             .map_err(|e| format!("{at}.secrets[{j}]: {e}"))?;
-        secrets.push(secret);
+        secrets.push(Loaded {
+            secret,
+            stand_in: matches!(origin, Origin::Deferred(_) | Origin::NotLoaded),
+        });
         secret_origins.push(origin);
     }
-    let scheme =
-        Scheme::new(kind, secrets, tolerance, id).map_err(|e| format!("{at}.secrets: {e}"))?;
+    let load = |reference: &str| {
+        paths
+            .secret(reference, Some(&rs.name))
+            .map(|(secret, _)| secret)
+    };
+    let setup = Setup::new(scheme_name, at.to_owned(), secrets, rs.settings, &load);
+    let scheme = Scheme::build(setup, rs.tolerance, id)?;
 
     let mut target_names = HashSet::new();
     let mut targets = Vec::with_capacity(rs.targets.len());
@@ -288,47 +244,6 @@ fn validate_source(rs: RawSource, at: &str, paths: &Paths) -> Result<Source, Str
         order: rs.order,
         secret_origins,
     })
-}
-
-fn validate_hmac(spec: scheme::hmac::Spec, at: &str) -> Result<scheme::hmac::Spec, String> {
-    HeaderName::from_bytes(spec.header.as_bytes()).map_err(|_| {
-        format!(
-            "{at}.hmac.header {:?} is not a valid header name",
-            spec.header
-        )
-    })?;
-    if let Some(h) = &spec.timestamp_header {
-        HeaderName::from_bytes(h.as_bytes())
-            .map_err(|_| format!("{at}.hmac.timestamp_header {h:?} is not a valid header name"))?;
-    }
-    if spec.signed.matches("{body}").count() != 1 {
-        return Err(format!(
-            "{at}.hmac.signed must contain {{body}} exactly once"
-        ));
-    }
-    if spec.signed.contains("{timestamp}") && spec.timestamp_header.is_none() {
-        return Err(format!(
-            "{at}.hmac.signed uses {{timestamp}} but hmac.timestamp_header is not set"
-        ));
-    }
-    // A timestamp that is checked but not signed protects nothing: a replay would just
-    // carry a fresh one.
-    if spec.timestamp_header.is_some() && !spec.signed.contains("{timestamp}") {
-        return Err(format!(
-            "{at}.hmac.timestamp_header is set but hmac.signed does not include {{timestamp}}; \
-             write what the provider signs, e.g. \"{{timestamp}}.{{body}}\""
-        ));
-    }
-    if spec
-        .prefix
-        .as_deref()
-        .is_some_and(|p| p.contains([',', ' ']))
-    {
-        return Err(format!(
-            "{at}.hmac.prefix cannot contain ',' or ' ' (they separate signatures)"
-        ));
-    }
-    Ok(spec)
 }
 
 fn validate_target(rt: RawTarget, at: &str, paths: &Paths) -> Result<Target, String> {
@@ -394,7 +309,7 @@ fn validate_target(rt: RawTarget, at: &str, paths: &Paths) -> Result<Target, Str
             let (secret, _) = paths
                 .secret(&reference, None)
                 .map_err(|e| format!("{at}.sign_secret: {e}"))?;
-            scheme::standard_webhooks::decode_secret(&secret)
+            scheme::providers::standard_webhooks::decode_secret(&secret)
                 .map_err(|e| format!("{at}.sign_secret: {e}"))?;
             Some(secret)
         }
@@ -410,11 +325,60 @@ fn validate_target(rt: RawTarget, at: &str, paths: &Paths) -> Result<Target, Str
     })
 }
 
-fn is_known_scheme(name: &str) -> bool {
-    matches!(
-        name,
-        "standard-webhooks" | "stripe" | "github" | "shopify" | "slack" | "gitlab" | "hmac"
-    )
+/// The source's own id rule, from `id_header`, `id_pointer` or `id` (at most one).
+fn id_rule(
+    header: Option<String>,
+    pointer: Option<String>,
+    id: Option<RawId>,
+    at: &str,
+) -> Result<Option<IdRule>, String> {
+    let part = |text: &str, key: &str| -> Result<IdRule, String> {
+        if let Some(name) = text.strip_prefix("header:") {
+            return HeaderName::from_bytes(name.trim().as_bytes())
+                .map(IdRule::Header)
+                .map_err(|_| format!("{at}.{key}: {name:?} is not a valid header name"));
+        }
+        if text.starts_with('/') {
+            return Ok(IdRule::Pointer(text.to_owned()));
+        }
+        Err(format!(
+            "{at}.{key}: {text:?} is neither a JSON pointer like \"/id\" nor \"header:NAME\""
+        ))
+    };
+    let given = [header.is_some(), pointer.is_some(), id.is_some()];
+    if given.iter().filter(|g| **g).count() > 1 {
+        return Err(format!("{at}: set one of id_header, id_pointer or id"));
+    }
+    Ok(match (header, pointer, id) {
+        (Some(h), _, _) => Some(IdRule::Header(
+            HeaderName::from_bytes(h.as_bytes())
+                .map_err(|_| format!("{at}.id_header {h:?} is not a valid header name"))?,
+        )),
+        (_, Some(p), _) => {
+            if !p.starts_with('/') {
+                return Err(format!(
+                    "{at}.id_pointer {p:?} must be a JSON pointer like \"/id\""
+                ));
+            }
+            Some(IdRule::Pointer(p))
+        }
+        (_, _, Some(RawId::One(text))) if text == "sha256" => Some(IdRule::BodySha256),
+        (_, _, Some(RawId::One(text))) => Some(part(&text, "id")?),
+        (_, _, Some(RawId::Parts(parts))) => {
+            if parts.len() < 2 {
+                return Err(format!(
+                    "{at}.id: a list joins two or more parts; for one, write it as text"
+                ));
+            }
+            Some(IdRule::Composite(
+                parts
+                    .iter()
+                    .map(|p| part(p, "id"))
+                    .collect::<Result<_, _>>()?,
+            ))
+        }
+        (None, None, None) => None,
+    })
 }
 
 fn valid_name(name: &str) -> bool {

@@ -2,33 +2,9 @@
 //! start-up and on reload.
 
 use std::path::Path;
-use std::time::Duration;
 
 use super::*;
-use crate::scheme::Kind;
-
-/// How long after an event its provider may still send it again, for `check`'s warning.
-fn redelivery_horizon(kind: &Kind) -> Option<(Duration, &'static str)> {
-    const DAY: u64 = 86_400;
-    Some(match kind {
-        Kind::Stripe => (Duration::from_secs(3 * DAY), "Stripe's 3 days of retries"),
-        Kind::Github => (
-            Duration::from_secs(3 * DAY),
-            "the 3 days in which GitHub deliveries can be redelivered by hand",
-        ),
-        Kind::StandardWebhooks => (
-            Duration::from_secs(4 * DAY),
-            "the Standard Webhooks retry schedule (up to about 3 days) plus manual resends",
-        ),
-        Kind::Shopify => (Duration::from_secs(2 * DAY), "Shopify's retries"),
-        Kind::Slack => (Duration::from_secs(3600), "Slack's retries"),
-        Kind::Gitlab => (
-            Duration::from_secs(DAY),
-            "GitLab's retries and manual resends",
-        ),
-        Kind::Hmac(_) => return None,
-    })
-}
+use crate::scheme;
 
 /// Whether others than the owner and group may read `path`.
 fn world_readable(path: &Path) -> bool {
@@ -64,8 +40,8 @@ impl Config {
                     _ => {}
                 }
             }
-            if let Some((horizon, why)) = redelivery_horizon(s.scheme.kind())
-                && s.keep_identity < horizon
+            if let Some(scheme::Horizon { within, why }) = s.scheme.verifier().redelivery()
+                && s.keep_identity < within
             {
                 out.push(format!(
                     "source {:?}: keep_identity {} is shorter than {why}; a redelivery after \
@@ -73,6 +49,9 @@ impl Config {
                     s.name,
                     humantime::format_duration(s.keep_identity)
                 ));
+            }
+            for caveat in s.scheme.verifier().caveats() {
+                out.push(format!("source {:?}: {caveat}", s.name));
             }
         }
         if self.sources.is_empty() {

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
 use super::{Attempt, Result_, Verdict, backoff};
-use crate::scheme::standard_webhooks;
+use crate::scheme::providers::standard_webhooks;
 
 /// At most this long to connect, within the target's total timeout.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);

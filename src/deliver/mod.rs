@@ -142,7 +142,7 @@ impl TargetRun {
                     .sign_secret
                     .as_ref()
                     .map(|s| {
-                        crate::scheme::standard_webhooks::decode_secret(s)
+                        crate::scheme::providers::standard_webhooks::decode_secret(s)
                             .map_err(anyhow::Error::msg)
                     })
                     .transpose()?

@@ -5,9 +5,9 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::Response;
 use hyper::header::{ALLOW, CONNECTION, CONTENT_TYPE, RETRY_AFTER};
-use hyper::http::StatusCode;
+use hyper::http::{Method, StatusCode};
 
-use crate::scheme::Reject;
+use crate::scheme::{Handshake, Reject, Reply};
 use crate::store::writer::WriteError;
 
 /// Seconds a provider is asked to wait after a 503.
@@ -22,8 +22,8 @@ pub enum Outcome {
     Duplicate,
     /// Same identity, different bytes; answered with the source's `on_conflict`.
     Conflict(StatusCode),
-    /// A provider handshake, answered with this JSON body and not stored.
-    Handshake(Vec<u8>),
+    /// A provider handshake, answered with its reply and not stored.
+    Handshake(Handshake),
     Rejected(Reject),
     TooLarge,
     BodyTimeout,
@@ -33,7 +33,8 @@ pub enum Outcome {
     Overloaded,
     Unavailable(WriteError),
     NotFound,
-    MethodNotAllowed,
+    /// The source's provider sends only these methods.
+    MethodNotAllowed(&'static [Method]),
 }
 
 impl Outcome {
@@ -51,13 +52,14 @@ impl Outcome {
             Outcome::Overloaded => "overloaded",
             Outcome::Unavailable(_) => "unavailable",
             Outcome::NotFound => "not_found",
-            Outcome::MethodNotAllowed => "method_not_allowed",
+            Outcome::MethodNotAllowed(_) => "method_not_allowed",
         }
     }
 
     pub fn status(&self) -> StatusCode {
         match self {
-            Outcome::Accepted | Outcome::Duplicate | Outcome::Handshake(_) => StatusCode::OK,
+            Outcome::Accepted | Outcome::Duplicate => StatusCode::OK,
+            Outcome::Handshake(h) => h.reply.status,
             Outcome::Conflict(status) => *status,
             Outcome::Rejected(r) if r.is_auth() => StatusCode::UNAUTHORIZED,
             Outcome::Rejected(_) | Outcome::BadBody => StatusCode::BAD_REQUEST,
@@ -65,16 +67,25 @@ impl Outcome {
             Outcome::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             Outcome::Unavailable(_) | Outcome::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
             Outcome::NotFound => StatusCode::NOT_FOUND,
-            Outcome::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Outcome::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
         }
     }
 
     pub fn response(self) -> Response<Full<Bytes>> {
         let status = self.status();
+        let allow = match &self {
+            Outcome::MethodNotAllowed(methods) => {
+                let names: Vec<&str> = methods.iter().map(Method::as_str).collect();
+                Some(names.join(", "))
+            }
+            _ => None,
+        };
+        if let Outcome::Handshake(h) = self {
+            return handshake(h.reply);
+        }
         // Refused before its body was read to the end: the connection cannot carry more.
         let body_unread = matches!(self, Outcome::Overloaded);
         let (content_type, body): (&str, Bytes) = match self {
-            Outcome::Handshake(json) => ("application/json", json.into()),
             Outcome::Accepted | Outcome::Duplicate => {
                 ("text/plain; charset=utf-8", "accepted\n".into())
             }
@@ -98,7 +109,9 @@ impl Outcome {
             StatusCode::SERVICE_UNAVAILABLE => {
                 builder = builder.header(RETRY_AFTER, RETRY_AFTER_SECS)
             }
-            StatusCode::METHOD_NOT_ALLOWED => builder = builder.header(ALLOW, "POST"),
+            StatusCode::METHOD_NOT_ALLOWED => {
+                builder = builder.header(ALLOW, allow.unwrap_or_default())
+            }
             // The rest of the body was not read: the connection cannot carry another request.
             StatusCode::PAYLOAD_TOO_LARGE | StatusCode::REQUEST_TIMEOUT => {
                 builder = builder.header(CONNECTION, "close")
@@ -109,4 +122,18 @@ impl Outcome {
             .body(Full::new(body))
             .expect("static status and header values are valid")
     }
+}
+
+/// A handshake's reply, exactly as its provider's protocol asks for it.
+fn handshake(reply: Reply) -> Response<Full<Bytes>> {
+    let mut builder = Response::builder().status(reply.status);
+    if let Some(content_type) = reply.content_type {
+        builder = builder.header(CONTENT_TYPE, content_type);
+    }
+    for (name, value) in reply.headers {
+        builder = builder.header(name, value);
+    }
+    builder
+        .body(Full::new(reply.body.into()))
+        .expect("a scheme's reply has a valid status and headers")
 }

@@ -1,8 +1,9 @@
-//! The public listener: `POST /hooks/<source>`.
+//! The public listener: `/hooks/<source>`, with the methods the source's provider sends
+//! (POST, and GET or HEAD for some handshakes).
 //!
 //! Invariant: nothing leaves this module as 2xx before the commit that holds the event
-//! returned — except a provider handshake, which is answered after its signature check and
-//! never stored. The path of a request:
+//! returned — except a provider handshake, which is answered after whatever check its
+//! protocol allows and never stored. The path of a request:
 //!
 //! ```text
 //! bounded body read -> signature + timestamp check over the exact raw bytes
@@ -22,7 +23,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::CONTENT_LENGTH;
-use hyper::http::{HeaderMap, Method};
+use hyper::http::{HeaderMap, HeaderName};
 use hyper::{Request, Response};
 
 use crate::config::{self, Order, Source};
@@ -216,13 +217,19 @@ impl Receiver {
             };
 
         let input = Input {
+            method: &parts.method,
+            path: parts.uri.path(),
+            query: parts.uri.query(),
             headers: &parts.headers,
             body: &body,
             now: clock::unix_now(),
         };
         let identity = match source.config.scheme.verify(&input) {
             Ok(Verdict::Event(identity)) => identity,
-            Ok(Verdict::Handshake(answer)) => return (Outcome::Handshake(answer), None),
+            Ok(Verdict::Handshake(handshake)) => {
+                self.metrics.handshake(&source.name, handshake.kind);
+                return (Outcome::Handshake(handshake), None);
+            }
             Err(reject) => {
                 if reject.is_auth() {
                     self.metrics
@@ -239,7 +246,10 @@ impl Receiver {
             account: source.account.clone(),
             sha256_hex: hex::encode(ring::digest::digest(&ring::digest::SHA256, &body)),
             body_is_text: std::str::from_utf8(&body).is_ok(),
-            headers: headers_json(&parts.headers, source.config.scheme.kind().secret_headers()),
+            headers: headers_json(
+                &parts.headers,
+                source.config.scheme.verifier().secret_headers(),
+            ),
             event_type: identity.event_type,
             provider_time: identity.provider_time,
             deliveries: source
@@ -295,8 +305,9 @@ impl listener::Handler for Receiver {
         else {
             return Outcome::NotFound.response();
         };
-        if req.method() != Method::POST {
-            return Outcome::MethodNotAllowed.response();
+        let methods = source.config.scheme.verifier().methods();
+        if !methods.contains(req.method()) {
+            return Outcome::MethodNotAllowed(methods).response();
         }
         let client = proxy::client(peer.ip(), req.headers(), &live.trusted_proxies);
         let (outcome, event_id) = self.receive(source, client, req).await;
@@ -357,13 +368,11 @@ fn order_key(order: &Order, body: &[u8]) -> Option<(String, rusqlite::types::Val
 /// The request headers as JSON `[[name, value], …]`, in arrival order, without credentials.
 /// A value that is not UTF-8 is stored lossily; headers are informational (the body is the
 /// signed, exact payload).
-fn headers_json(headers: &HeaderMap, secret_headers: &[&str]) -> String {
+fn headers_json(headers: &HeaderMap, secret_headers: &[HeaderName]) -> String {
     let pairs: Vec<(&str, std::borrow::Cow<'_, str>)> = headers
         .iter()
         .filter(|(name, _)| {
-            let n = name.as_str();
-            !CREDENTIAL_HEADERS.contains(&n)
-                && !secret_headers.iter().any(|s| s.eq_ignore_ascii_case(n))
+            !CREDENTIAL_HEADERS.contains(&name.as_str()) && !secret_headers.contains(name)
         })
         .map(|(name, value)| (name.as_str(), String::from_utf8_lossy(value.as_bytes())))
         .collect();

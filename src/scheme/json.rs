@@ -45,27 +45,67 @@ pub struct NotJson;
 /// The field at `pointer` (`""` is the whole document), or `None` when the path does not
 /// exist. The whole body is checked to be JSON first, as `serde_json::from_slice` would.
 pub fn field<'a>(body: &'a [u8], pointer: &str) -> Result<Option<Field<'a>>, NotJson> {
-    let mut current: &'a RawValue = serde_json::from_slice(body).map_err(|_| NotJson)?;
+    let root: &'a RawValue = serde_json::from_slice(body).map_err(|_| NotJson)?;
+    Ok(match walk(root, pointer) {
+        Some(raw) => Some(classify(raw)?),
+        None => None,
+    })
+}
+
+/// The member at `pointer` below `current`, borrowed.
+fn walk<'a>(mut current: &'a RawValue, pointer: &str) -> Option<&'a RawValue> {
     if !pointer.is_empty() {
-        let Some(path) = pointer.strip_prefix('/') else {
-            return Ok(None);
-        };
+        let path = pointer.strip_prefix('/')?;
         for token in path.split('/') {
             let token = unescape(token);
             let mut de = serde_json::Deserializer::from_str(current.get());
             match Member(&token).deserialize(&mut de) {
                 Ok(Some(next)) => current = next,
                 // Already valid JSON, so an error here can only be "not found"-like.
-                Ok(None) | Err(_) => return Ok(None),
+                Ok(None) | Err(_) => return None,
             }
         }
     }
-    let text = current.get();
-    Ok(Some(match text.as_bytes().first() {
+    Some(current)
+}
+
+fn classify(raw: &RawValue) -> Result<Field<'_>, NotJson> {
+    let text = raw.get();
+    Ok(match text.as_bytes().first() {
         Some(b'"') => Field::Text(serde_json::from_str(text).map_err(|_| NotJson)?),
         Some(b'-' | b'0'..=b'9') => Field::Number(text),
         _ => Field::Other,
-    }))
+    })
+}
+
+/// Why a batch's ids could not be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EachError {
+    NotJson,
+    NotArray,
+    Empty,
+    NoId,
+}
+
+/// The id at `id` inside each element of the array at `array`, in order: the identity of a
+/// batch (HubSpot, SendGrid, Meta). Every element must have one.
+pub fn each(body: &[u8], array: &str, id: &str) -> Result<Vec<String>, EachError> {
+    let root: &RawValue = serde_json::from_slice(body).map_err(|_| EachError::NotJson)?;
+    let list = walk(root, array).ok_or(EachError::NotArray)?;
+    let elements: Vec<&RawValue> =
+        serde_json::from_str(list.get()).map_err(|_| EachError::NotArray)?;
+    if elements.is_empty() {
+        return Err(EachError::Empty);
+    }
+    elements
+        .into_iter()
+        .map(|e| {
+            walk(e, id)
+                .and_then(|raw| classify(raw).ok())
+                .and_then(|f| f.text_or_integer())
+                .ok_or(EachError::NoId)
+        })
+        .collect()
 }
 
 /// The string at `pointer`, if the body is JSON and there is one.

@@ -1,26 +1,34 @@
-//! Signature schemes: one module per provider family, each a pure function from
-//! (headers, raw body, keys, now) to a verdict.
+//! Signature schemes: one module per provider, each a pure function from (request parts, raw
+//! body, keys, now) to a [`Verdict`], listed once in [`providers::PROVIDERS`].
 //!
 //! Invariant: nothing here parses, logs or copies the body before its signature has been
-//! checked over the exact raw bytes, and every comparison of a secret-derived value goes
-//! through `ring::hmac::verify` (constant time). A [`Reject`] carries the precise reason for
-//! the log and the metrics; the HTTP answer built from it stays generic.
+//! checked over the exact raw bytes (a handshake that the provider does not sign is matched
+//! by its shape only, and answered without storing anything), and every comparison of a
+//! secret-derived value is constant time (`ring::hmac::verify`, or [`keys::same_token`]).
+//! A [`Reject`] carries the precise reason for the log and the metrics; the HTTP answer built
+//! from it stays generic.
+//!
+//! A provider is one module: a `PROVIDER` constant whose `build` reads the source's settings
+//! (its own keys beside the common ones, through [`Setup`]), prepares its keys, and returns a
+//! [`Verifier`]. The verifier owns everything scheme-specific: the check, the handshakes, the
+//! default identity rule, the redelivery horizon `check` warns about, and the signer behind
+//! `hookinbox sign`.
 
-pub mod github;
-pub mod gitlab;
 pub mod hmac;
 pub mod json;
-pub mod shopify;
-pub mod slack;
-pub mod standard_webhooks;
-pub mod stripe;
+pub mod keys;
+pub mod providers;
+pub mod setup;
+pub mod template;
+pub mod token;
 
+use std::fmt;
 use std::time::Duration;
 
-use hyper::http::{HeaderMap, HeaderName, HeaderValue};
-use ring::hmac as mac;
+use hyper::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 
-use crate::secret::Secret;
+pub use providers::{PROVIDERS, Provider};
+pub use setup::Setup;
 
 /// The longest event id we store. Provider ids are short (Stripe `evt_…` ~30 bytes, GitHub
 /// GUIDs 36); anything far longer is not an id but an attack on the index.
@@ -35,12 +43,41 @@ pub const MAX_SIGNATURES: usize = 8;
 /// official Standard Webhooks, Stripe and Slack libraries all use.
 pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
 
+/// Only POST, what nearly every provider sends.
+pub const POST: &[Method] = &[Method::POST];
+
 /// What one request looks like to a scheme.
 pub struct Input<'a> {
+    pub method: &'a Method,
+    /// The path as received, e.g. `/hooks/stripe`.
+    pub path: &'a str,
+    /// The raw query string after `?`, if any.
+    pub query: Option<&'a str>,
     pub headers: &'a HeaderMap,
     pub body: &'a [u8],
     /// Unix seconds, passed in so that verification stays a pure function.
     pub now: i64,
+}
+
+impl<'a> Input<'a> {
+    /// A POST without a query, as most providers send.
+    pub fn post(headers: &'a HeaderMap, body: &'a [u8], now: i64) -> Input<'a> {
+        Input {
+            method: &Method::POST,
+            path: "/hooks/test",
+            query: None,
+            headers,
+            body,
+            now,
+        }
+    }
+
+    /// The first value of query parameter `name`, percent-decoded.
+    pub fn query_param(&self, name: &str) -> Option<String> {
+        form_urlencoded::parse(self.query?.as_bytes())
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.into_owned())
+    }
 }
 
 /// Why a request was refused. The first group answers 401, the second 400.
@@ -56,6 +93,9 @@ pub enum Reject {
     TooOld,
     #[error("timestamp further in the future than the tolerance")]
     TooNew,
+    /// A handshake whose token does not match the configured one (Meta's `hub.verify_token`).
+    #[error("handshake token does not match")]
+    BadToken,
     #[error("no event id: {0}")]
     NoEventId(&'static str),
     #[error("body is not what the scheme requires: {0}")]
@@ -71,6 +111,7 @@ impl Reject {
             Reject::NoMatch => "no_match",
             Reject::TooOld => "timestamp_too_old",
             Reject::TooNew => "timestamp_too_new",
+            Reject::BadToken => "bad_token",
             Reject::NoEventId(_) => "no_event_id",
             Reject::BadBody(_) => "bad_body",
         }
@@ -87,8 +128,70 @@ impl Reject {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     Event(Identity),
-    /// Answered with this JSON body and never stored (Slack's `url_verification`).
-    Handshake(Vec<u8>),
+    /// Answered with its reply and never stored.
+    Handshake(Handshake),
+}
+
+/// A provider's handshake (a challenge, a ping, a subscription check) and the answer its
+/// protocol requires.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Handshake {
+    /// A short label for the metrics and the log: `url_verification`, `challenge`, `ping`.
+    pub kind: &'static str,
+    pub reply: Reply,
+}
+
+/// The full answer to a handshake.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub status: StatusCode,
+    /// `None` for an empty answer (204).
+    pub content_type: Option<&'static str>,
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    /// 200 with a JSON body.
+    pub fn json(value: &serde_json::Value) -> Reply {
+        Reply {
+            status: StatusCode::OK,
+            content_type: Some("application/json"),
+            headers: Vec::new(),
+            body: value.to_string().into_bytes(),
+        }
+    }
+
+    /// 200 with the text exactly as given (a challenge echoed back).
+    pub fn text(body: impl Into<Vec<u8>>) -> Reply {
+        Reply {
+            status: StatusCode::OK,
+            content_type: Some("text/plain; charset=utf-8"),
+            headers: Vec::new(),
+            body: body.into(),
+        }
+    }
+
+    /// An answer with no body.
+    pub fn empty(status: StatusCode) -> Reply {
+        Reply {
+            status,
+            content_type: None,
+            headers: Vec::new(),
+            body: Vec::new(),
+        }
+    }
+
+    pub fn with_header(mut self, name: &'static str, value: HeaderValue) -> Reply {
+        self.headers.push((HeaderName::from_static(name), value));
+        self
+    }
+}
+
+impl Handshake {
+    pub fn verdict(kind: &'static str, reply: Reply) -> Result<Verdict, Reject> {
+        Ok(Verdict::Handshake(Handshake { kind, reply }))
+    }
 }
 
 /// What the scheme learned about a verified event.
@@ -101,177 +204,311 @@ pub struct Identity {
     pub event_type: Option<String>,
 }
 
-/// Where to find the event id when a source overrides the scheme's default.
+/// Where an event's id comes from: a scheme's default, or the source's override.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IdRule {
     Header(HeaderName),
     /// An RFC 6901 JSON pointer into the body, e.g. `/id`.
     Pointer(String),
+    /// Several parts joined with `:`, for providers whose id is a combination
+    /// (Calendly: the event and its time).
+    Composite(Vec<IdRule>),
+    /// A batch: the ids of every element of the array at `array` (a pointer; `""` is the
+    /// body itself), each at `id` inside its element, joined with `,` (hashed when long).
+    Each {
+        array: String,
+        id: String,
+    },
+    /// `sha256:` and the hex SHA-256 of the body, for providers that send no id at all: a
+    /// retry is a duplicate only if it repeats the bytes exactly.
+    BodySha256,
+    /// The first of these rules that finds an id (GitLab: `Idempotency-Key`, else the older
+    /// `X-Gitlab-Event-UUID`).
+    FirstOf(Vec<IdRule>),
 }
 
-/// The signature kinds hookinbox knows, with their scheme-specific settings.
-#[derive(Debug, Clone)]
-pub enum Kind {
-    StandardWebhooks,
-    Stripe,
-    Github,
-    Shopify,
-    Slack,
-    Gitlab,
-    Hmac(hmac::Spec),
-}
+impl IdRule {
+    pub fn pointer(p: &str) -> IdRule {
+        IdRule::Pointer(p.to_owned())
+    }
 
-impl Kind {
-    /// The name used in configuration files.
-    pub fn name(&self) -> &'static str {
+    pub fn header(name: &'static str) -> IdRule {
+        IdRule::Header(HeaderName::from_static(name))
+    }
+
+    /// The header a signed sample carries its id in, where the rule reads one.
+    pub fn sample_header(&self) -> Option<&HeaderName> {
         match self {
-            Kind::StandardWebhooks => "standard-webhooks",
-            Kind::Stripe => "stripe",
-            Kind::Github => "github",
-            Kind::Shopify => "shopify",
-            Kind::Slack => "slack",
-            Kind::Gitlab => "gitlab",
-            Kind::Hmac(_) => "hmac",
+            IdRule::Header(h) => Some(h),
+            IdRule::FirstOf(rules) => rules.first().and_then(IdRule::sample_header),
+            _ => None,
         }
     }
 
-    /// Whether this kind signs a timestamp, so that `tolerance` means something.
-    pub fn signs_timestamp(&self) -> bool {
+    /// How the rule reads in `check` and the docs.
+    pub fn describe(&self) -> String {
         match self {
-            Kind::StandardWebhooks | Kind::Stripe | Kind::Slack => true,
-            Kind::Hmac(spec) => spec.timestamp_header.is_some(),
-            Kind::Github | Kind::Shopify | Kind::Gitlab => false,
-        }
-    }
-
-    /// The headers that carry a secret itself rather than a signature over the body. They
-    /// are never stored or forwarded.
-    pub fn secret_headers(&self) -> &'static [&'static str] {
-        match self {
-            Kind::Gitlab => &[gitlab::TOKEN_HEADER],
-            _ => &[],
+            IdRule::Header(h) => format!("header {h}"),
+            IdRule::Pointer(p) => format!("body {p}"),
+            IdRule::Composite(parts) => {
+                let parts: Vec<String> = parts.iter().map(IdRule::describe).collect();
+                parts.join(" + ")
+            }
+            IdRule::Each { array, id } => format!("every {array}/*{id}, joined"),
+            IdRule::BodySha256 => "SHA-256 of the body".into(),
+            IdRule::FirstOf(rules) => {
+                let rules: Vec<String> = rules.iter().map(IdRule::describe).collect();
+                rules.join(", else ")
+            }
         }
     }
 }
 
-/// A configured scheme with its keys prepared once at start-up.
+/// How long after an event its provider may still send it again, with why, for `check`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Horizon {
+    pub within: Duration,
+    pub why: &'static str,
+}
+
+impl Horizon {
+    pub const fn days(days: u64, why: &'static str) -> Option<Horizon> {
+        Some(Horizon {
+            within: Duration::from_secs(days * 86_400),
+            why,
+        })
+    }
+}
+
+/// A request as its provider would send it, made by `hookinbox sign` and the tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sample {
+    pub method: Method,
+    /// The query string to send, without `?`.
+    pub query: Option<String>,
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    pub body: Vec<u8>,
+}
+
+impl Sample {
+    pub fn post(headers: Vec<(HeaderName, HeaderValue)>, body: &[u8]) -> Sample {
+        Sample {
+            method: Method::POST,
+            query: None,
+            headers,
+            body: body.to_vec(),
+        }
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.as_str().eq_ignore_ascii_case(name))
+            .and_then(|(_, v)| v.to_str().ok())
+    }
+}
+
+/// What a request to sign is about.
+pub struct Draft<'a> {
+    pub body: &'a [u8],
+    /// The event id, for schemes that carry it in a header; schemes that read it from the
+    /// body ignore it.
+    pub id: &'a str,
+    pub now: i64,
+    /// Where the request goes, `/hooks/<source>`.
+    pub path: &'a str,
+    /// The private key for schemes verified with public keys (`hookinbox sign
+    /// --signing-key`); a source's configuration holds only the public half.
+    pub signing_key: Option<&'a crate::secret::Secret>,
+}
+
+/// One provider's checks, built from a source's configuration by its [`Provider`].
+pub trait Verifier: Send + Sync + fmt::Debug {
+    /// Checks one request and extracts its identity, or answers its handshake.
+    fn verify(&self, input: &Input, ctx: &Ctx) -> Result<Verdict, Reject>;
+
+    /// A correctly signed request carrying `draft`, as the provider would send it.
+    fn sign(&self, draft: &Draft) -> Sample;
+
+    /// The provider's handshake request, for `hookinbox sign --handshake`; `None` when the
+    /// provider has none.
+    fn sign_handshake(&self, _draft: &Draft) -> Option<Sample> {
+        None
+    }
+
+    /// The body `hookinbox sign` sends when none is given.
+    fn demo_body(&self, id: &str) -> Vec<u8> {
+        demo_body(id)
+    }
+
+    /// Whether signing needs [`Draft::signing_key`]: the source holds public keys only.
+    fn needs_signing_key(&self) -> bool {
+        false
+    }
+
+    /// The methods the provider sends (handshakes included).
+    fn methods(&self) -> &'static [Method] {
+        POST
+    }
+
+    /// Whether a timestamp is signed, so that `tolerance` means something.
+    fn signs_timestamp(&self) -> bool {
+        false
+    }
+
+    /// Whether the default id is authenticated (a signed header or the signed body), so that
+    /// an `id_header` override, which is not, would weaken it.
+    fn signs_id(&self) -> bool {
+        false
+    }
+
+    /// The id rule when the source sets none; `None` when the source must set one.
+    fn default_id(&self) -> Option<IdRule>;
+
+    /// Headers that carry a secret itself rather than a signature: never stored or forwarded.
+    fn secret_headers(&self) -> &[HeaderName] {
+        &[]
+    }
+
+    /// How long the provider may redeliver an event, for `check`.
+    fn redelivery(&self) -> Option<Horizon> {
+        None
+    }
+
+    /// Holes in the provider's protocol that `check` should name.
+    fn caveats(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// The body sent when none is given: carries the id where schemes read it from the body
+/// (Stripe `/id`, Slack `/event_id`).
+pub fn demo_body(id: &str) -> Vec<u8> {
+    format!(
+        r#"{{"id":"{id}","event_id":"{id}","type":"hookinbox.test","data":{{"hello":"world"}}}}"#
+    )
+    .into_bytes()
+}
+
+/// A configured scheme: the provider's verifier and the source's common rules.
 #[derive(Debug)]
 pub struct Scheme {
-    kind: Kind,
-    keys: Vec<mac::Key>,
-    /// The secrets as configured, kept for `sign` (tests and the `sign` subcommand).
-    secrets: Vec<Secret>,
+    name: &'static str,
+    verifier: Box<dyn Verifier>,
     tolerance: Duration,
     id: Option<IdRule>,
 }
 
 impl Scheme {
-    /// Prepares the keys for `kind`. Fails with a message naming the problem when a secret
-    /// cannot be used (for example a `whsec_` secret that is not base64).
-    pub fn new(
-        kind: Kind,
-        secrets: Vec<Secret>,
-        tolerance: Duration,
+    /// Builds `setup`'s scheme and checks the source's common rules against it: a tolerance
+    /// only where a timestamp is signed, no unsigned id header over a signed id, an id rule
+    /// where the provider has none.
+    pub fn build(
+        mut setup: Setup,
+        tolerance: Option<Duration>,
         id: Option<IdRule>,
     ) -> Result<Scheme, String> {
-        if secrets.is_empty() {
-            return Err("at least one secret is required".into());
+        let provider = providers::find(setup.scheme()).ok_or_else(|| {
+            format!(
+                "{}.scheme {:?} is unknown; use one of {}",
+                setup.at(),
+                setup.scheme(),
+                providers::names().join(", ")
+            )
+        })?;
+        let verifier = (provider.build)(&mut setup)?;
+        setup.finish()?;
+        let at = setup.at();
+        if tolerance.is_some() && !verifier.signs_timestamp() {
+            return Err(format!(
+                "{at}.tolerance: scheme {:?} signs no timestamp, so a tolerance cannot apply",
+                provider.name
+            ));
         }
-        let keys = secrets
-            .iter()
-            .map(|s| key_for(&kind, s))
-            .collect::<Result<Vec<_>, _>>()?;
+        // An id from an unsigned header over a signed one would let a captured request,
+        // replayed with a new id, pass as a new event.
+        if matches!(id, Some(IdRule::Header(_))) && verifier.signs_id() {
+            return Err(format!(
+                "{at}.id_header: scheme {:?} signs its own event id; an id from an unsigned \
+                 header would let a replayed request pass as new (id_pointer into the signed \
+                 body is allowed)",
+                provider.name
+            ));
+        }
+        if id.is_none() && verifier.default_id().is_none() {
+            return Err(format!(
+                "{at}: scheme {:?} has no standard event id; set id_header, id_pointer or id",
+                provider.name
+            ));
+        }
         Ok(Scheme {
-            kind,
-            keys,
-            secrets,
-            tolerance,
+            name: provider.name,
+            verifier,
+            tolerance: tolerance.unwrap_or(DEFAULT_TOLERANCE),
             id,
         })
     }
 
-    pub fn kind(&self) -> &Kind {
-        &self.kind
+    /// The scheme's name in configuration files.
+    pub fn name(&self) -> &'static str {
+        self.name
     }
 
     pub fn tolerance(&self) -> Duration {
         self.tolerance
     }
 
+    pub fn verifier(&self) -> &dyn Verifier {
+        self.verifier.as_ref()
+    }
+
+    /// The id rule in force: the source's, else the provider's.
+    pub fn id_rule(&self) -> Option<IdRule> {
+        self.id.clone().or_else(|| self.verifier.default_id())
+    }
+
     /// Checks the request and extracts its identity.
     pub fn verify(&self, input: &Input) -> Result<Verdict, Reject> {
         let ctx = Ctx {
-            keys: &self.keys,
             tolerance: i64::try_from(self.tolerance.as_secs()).unwrap_or(i64::MAX),
             id: self.id.as_ref(),
         };
-        match &self.kind {
-            Kind::StandardWebhooks => standard_webhooks::verify(input, &ctx),
-            Kind::Stripe => stripe::verify(input, &ctx),
-            Kind::Github => github::verify(input, &ctx),
-            Kind::Shopify => shopify::verify(input, &ctx),
-            Kind::Slack => slack::verify(input, &ctx),
-            Kind::Gitlab => gitlab::verify(input, &ctx),
-            Kind::Hmac(spec) => hmac::verify(spec, input, &ctx),
-        }
+        self.verifier.verify(input, &ctx)
     }
 
-    /// The headers of a correctly signed request for `body`, signed with the first secret.
-    /// `id` is the event id for schemes that carry it in a header; schemes that read it from
-    /// the body ignore it.
-    pub fn sign(&self, body: &[u8], id: &str, now: i64) -> Vec<(HeaderName, HeaderValue)> {
-        let key = &self.keys[0];
-        let secret = &self.secrets[0];
-        match &self.kind {
-            Kind::StandardWebhooks => standard_webhooks::sign(key, body, id, now),
-            Kind::Stripe => stripe::sign(key, body, now),
-            Kind::Github => github::sign(key, body, id),
-            Kind::Shopify => shopify::sign(key, body, id, self.id_header()),
-            Kind::Slack => slack::sign(key, body, now),
-            Kind::Gitlab => gitlab::sign(secret, id, self.id_header()),
-            Kind::Hmac(spec) => hmac::sign(spec, key, body, id, now, self.id_header()),
+    /// A correctly signed request for `draft`, signed with the first secret. Where the id
+    /// rule in force reads a header, the id is sent there.
+    pub fn sign(&self, draft: &Draft) -> Sample {
+        let mut sample = self.verifier.sign(draft);
+        if let Some(name) = self.id_rule().as_ref().and_then(IdRule::sample_header)
+            && !sample.headers.iter().any(|(n, _)| n == name)
+        {
+            sample.headers.push((name.clone(), value(draft.id)));
         }
+        sample
     }
 
-    fn id_header(&self) -> Option<&HeaderName> {
-        match &self.id {
-            Some(IdRule::Header(h)) => Some(h),
-            _ => None,
-        }
+    /// A POST of `body` signed at `now`, for tests.
+    pub fn sign_post(&self, body: &[u8], id: &str, now: i64) -> Sample {
+        self.sign(&Draft {
+            body,
+            id,
+            now,
+            path: "/hooks/test",
+            signing_key: None,
+        })
     }
 }
 
-/// The prepared key for one secret: the bytes each scheme keys its HMAC with.
-fn key_for(kind: &Kind, secret: &Secret) -> Result<mac::Key, String> {
-    Ok(match kind {
-        Kind::StandardWebhooks => {
-            mac::Key::new(mac::HMAC_SHA256, &standard_webhooks::decode_secret(secret)?)
-        }
-        Kind::Hmac(spec) => mac::Key::new(spec.algorithm.ring(), secret.expose()),
-        // GitLab sends the shared token itself. Keyed with the token, this key MACs a fixed
-        // message that `gitlab::verify` also MACs under the presented token: equal tags mean
-        // equal tokens, and `hmac::verify` compares them in constant time.
-        Kind::Gitlab => mac::Key::new(mac::HMAC_SHA256, secret.expose()),
-        Kind::Stripe | Kind::Github | Kind::Shopify | Kind::Slack => {
-            mac::Key::new(mac::HMAC_SHA256, secret.expose())
-        }
-    })
-}
-
-/// What a scheme's `verify` needs besides the request.
+/// What a verifier needs besides the request: the source's common rules.
 pub struct Ctx<'a> {
-    pub keys: &'a [mac::Key],
     /// Seconds; where the scheme signs a timestamp, |now − ts| must not exceed it.
     pub tolerance: i64,
+    /// The source's id rule, overriding the scheme's default.
     pub id: Option<&'a IdRule>,
 }
 
 impl Ctx<'_> {
-    /// True when `tag` is the MAC of `msg` under any configured key (rotation).
-    pub fn any_key_matches(&self, msg: &[u8], tag: &[u8]) -> bool {
-        self.keys.iter().any(|k| mac::verify(k, msg, tag).is_ok())
-    }
-
     /// Checks a signed timestamp against the window, in both directions: a timestamp from
     /// the future is as suspicious as a stale one, and providers' clocks are NTP-synced.
     pub fn check_time(&self, ts: i64, now: i64) -> Result<(), Reject> {
@@ -287,6 +524,13 @@ impl Ctx<'_> {
     /// The event id: the source's override if it has one, else the scheme's default rule.
     pub fn event_id(&self, input: &Input, default: &IdRule) -> Result<String, Reject> {
         event_id(input, self.id.unwrap_or(default))
+    }
+
+    /// The event id where the scheme has no default: the source's rule is required (and
+    /// checked at load, so this refuses only a request to a misbuilt scheme).
+    pub fn configured_id(&self, input: &Input) -> Result<String, Reject> {
+        let rule = self.id.ok_or(Reject::NoEventId("no id rule configured"))?;
+        event_id(input, rule)
     }
 }
 
@@ -320,9 +564,9 @@ pub fn parse_timestamp(value: &str, name: &'static str) -> Result<i64, Reject> {
     v.parse().map_err(|_| Reject::MalformedHeader(name))
 }
 
-/// Extracts the event id by `rule`, and checks that it is a sane id.
-pub fn event_id(input: &Input, rule: &IdRule) -> Result<String, Reject> {
-    let id = match rule {
+/// The part of an id rule that names one place.
+fn id_part(input: &Input, rule: &IdRule) -> Result<String, Reject> {
+    match rule {
         IdRule::Header(name) => {
             let mut values = input.headers.get_all(name).iter();
             let v = values
@@ -331,24 +575,80 @@ pub fn event_id(input: &Input, rule: &IdRule) -> Result<String, Reject> {
             if values.next().is_some() {
                 return Err(Reject::NoEventId("id header present twice"));
             }
-            v.to_str()
+            Ok(v.to_str()
                 .map_err(|_| Reject::NoEventId("id header is not text"))?
                 .trim()
-                .to_owned()
+                .to_owned())
         }
-        IdRule::Pointer(pointer) => match json::field(input.body, pointer) {
-            Err(json::NotJson) => {
-                return Err(Reject::BadBody(
-                    "body is not JSON, so the event id cannot be read",
-                ));
+        IdRule::Pointer(pointer) => pointer_id(input.body, pointer),
+        IdRule::Composite(parts) => {
+            let parts = parts
+                .iter()
+                .map(|p| id_part(input, p))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(shorten(parts.join(":")))
+        }
+        IdRule::Each { array, id } => {
+            let ids = json::each(input.body, array, id).map_err(|e| match e {
+                json::EachError::NotJson => {
+                    Reject::BadBody("body is not JSON, so the event ids cannot be read")
+                }
+                json::EachError::NotArray => {
+                    Reject::NoEventId("no array of events at the id pointer")
+                }
+                json::EachError::Empty => Reject::NoEventId("the batch holds no events"),
+                json::EachError::NoId => {
+                    Reject::NoEventId("an element of the batch has no id at the pointer")
+                }
+            })?;
+            Ok(shorten(ids.join(",")))
+        }
+        IdRule::FirstOf(rules) => {
+            let mut last = Reject::NoEventId("no id rule");
+            for rule in rules {
+                match id_part(input, rule) {
+                    Err(e @ Reject::NoEventId(_)) => last = e,
+                    other => return other,
+                }
             }
-            Ok(None) => return Err(Reject::NoEventId("nothing at the id pointer")),
-            Ok(Some(field)) => field.text_or_integer().ok_or(Reject::NoEventId(
-                "the id pointer names neither a string nor an integer",
-            ))?,
-        },
-    };
-    check_id(id)
+            Err(last)
+        }
+        IdRule::BodySha256 => Ok(format!(
+            "sha256:{}",
+            hex::encode(ring::digest::digest(&ring::digest::SHA256, input.body))
+        )),
+    }
+}
+
+fn pointer_id(body: &[u8], pointer: &str) -> Result<String, Reject> {
+    match json::field(body, pointer) {
+        Err(json::NotJson) => Err(Reject::BadBody(
+            "body is not JSON, so the event id cannot be read",
+        )),
+        Ok(None) => Err(Reject::NoEventId("nothing at the id pointer")),
+        Ok(Some(field)) => field.text_or_integer().ok_or(Reject::NoEventId(
+            "the id pointer names neither a string nor an integer",
+        )),
+    }
+}
+
+/// A joined id that would not fit is kept recognisable: its start, then the SHA-256 of the
+/// whole, so that the same parts always give the same id.
+fn shorten(id: String) -> String {
+    if id.len() <= MAX_EVENT_ID_LEN {
+        return id;
+    }
+    let digest = hex::encode(ring::digest::digest(&ring::digest::SHA256, id.as_bytes()));
+    let mut keep = MAX_EVENT_ID_LEN - digest.len() - 8;
+    while !id.is_char_boundary(keep) {
+        keep -= 1;
+    }
+    format!("{}…sha256:{digest}", &id[..keep])
+}
+
+/// Extracts the event id by `rule`, and checks that it is a sane id.
+pub fn event_id(input: &Input, rule: &IdRule) -> Result<String, Reject> {
+    check_id(id_part(input, rule)?)
 }
 
 /// An id must be non-empty, bounded and free of control characters, so it is safe in logs,
@@ -390,6 +690,17 @@ fn informational(s: &str) -> String {
     s.chars().take(MAX_INFO_CHARS).collect()
 }
 
+/// A header value from text the scheme made itself; text that cannot be a value (which a
+/// configured secret or id might be) becomes `invalid`, which then fails verification.
+pub fn value(s: &str) -> HeaderValue {
+    HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static("invalid"))
+}
+
+/// A header name from a static, lowercase name.
+pub fn name(s: &'static str) -> HeaderName {
+    HeaderName::from_static(s)
+}
+
 /// Builds a header map for the schemes' unit tests.
 #[cfg(test)]
 pub(crate) fn test_headers(pairs: &[(&str, &str)]) -> HeaderMap {
@@ -401,4 +712,20 @@ pub(crate) fn test_headers(pairs: &[(&str, &str)]) -> HeaderMap {
         );
     }
     h
+}
+
+/// A scheme for unit tests: `scheme` with these secrets and settings (a TOML table body).
+#[cfg(test)]
+pub(crate) fn test_scheme(
+    scheme: &str,
+    secrets: &[&str],
+    settings: &str,
+    id: Option<IdRule>,
+) -> Scheme {
+    let settings: toml::Table = toml::from_str(settings).unwrap();
+    let secrets = secrets
+        .iter()
+        .map(|s| crate::secret::Secret::new(*s))
+        .collect();
+    Scheme::build(Setup::literal(scheme, secrets, settings), None, id).unwrap()
 }

@@ -102,10 +102,7 @@ async fn what_sign_prints_is_accepted_by_serve_for_every_scheme() {
                 (k.to_owned(), v.to_owned())
             })
             .collect();
-        let req = Signed {
-            headers,
-            body: hookinbox::commands::sign::demo_body(&id),
-        };
+        let req = Signed::post(headers, hookinbox::scheme::demo_body(&id));
         assert_eq!(
             server.post(source, &req).await,
             (200, "accepted\n".into()),

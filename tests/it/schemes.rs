@@ -1,8 +1,7 @@
 //! Every scheme, end to end over HTTP.
 
 use hookinbox::clock::unix_now;
-use hookinbox::scheme::{Input, Kind, Reject, Scheme, Verdict};
-use hookinbox::secret::Secret;
+use hookinbox::scheme::{Input, Reject, Scheme, Verdict};
 use hyper::http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::support::*;
@@ -16,25 +15,12 @@ fn signs_timestamp(source: &str) -> bool {
 }
 
 /// A scheme like `source`'s, but keyed with another secret.
-fn with_other_secret(server: &TestServer, source: &str) -> Scheme {
-    let s = server.scheme(source);
-    let other = match s.kind() {
-        Kind::StandardWebhooks => "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD",
+fn with_other_secret(source: &str) -> Scheme {
+    let other = match source {
+        "sw" => "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD",
         _ => "not-the-configured-secret",
     };
-    let id = match s.kind() {
-        Kind::Hmac(_) => Some(hookinbox::scheme::IdRule::Header(HeaderName::from_static(
-            "x-event-id",
-        ))),
-        _ => None,
-    };
-    Scheme::new(
-        s.kind().clone(),
-        vec![Secret::new(other)],
-        s.tolerance(),
-        id,
-    )
-    .unwrap()
+    scheme_of(ALL_SCHEMES, source, &[other])
 }
 
 /// Changes one character of the signature, keeping it in the same alphabet.
@@ -96,7 +82,7 @@ async fn each_failure_reason_gets_a_generic_401_and_stores_nothing() {
         malformed.set(header, "%%%not a signature%%%");
         cases.push(("malformed header", malformed));
 
-        let wrong = sign_with(&with_other_secret(&server, source), &id, &body, unix_now());
+        let wrong = sign_with(&with_other_secret(source), &id, &body, unix_now());
         cases.push(("wrong secret", wrong));
 
         let mut flipped = server.sign(source, &id, &body);
@@ -170,8 +156,8 @@ async fn timestamps_inside_the_window_are_accepted() {
 async fn published_vectors_without_timestamps_are_accepted_by_the_server() {
     let server = TestServer::start(ALL_SCHEMES).await;
     // GitHub's documented example (validating-webhook-deliveries).
-    let github = Signed {
-        headers: vec![
+    let github = Signed::post(
+        vec![
             (
                 "X-Hub-Signature-256".into(),
                 "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17".into(),
@@ -182,8 +168,8 @@ async fn published_vectors_without_timestamps_are_accepted_by_the_server() {
             ),
             ("X-GitHub-Event".into(), "ping".into()),
         ],
-        body: b"Hello, World!".to_vec(),
-    };
+        b"Hello, World!".to_vec(),
+    );
     assert_eq!(server.post("github", &github).await.0, 200);
     let event_type: String = server
         .read()
@@ -195,8 +181,8 @@ async fn published_vectors_without_timestamps_are_accepted_by_the_server() {
         .unwrap();
     assert_eq!(event_type, "ping");
     // The Shopify vector generated with the official library's test helper.
-    let shopify = Signed {
-        headers: vec![
+    let shopify = Signed::post(
+        vec![
             (
                 "X-Shopify-Hmac-Sha256".into(),
                 "D0UMXmhjwBRi4y66TmhJrDlhQABD7zI2fm3p6/QLMo8=".into(),
@@ -207,8 +193,8 @@ async fn published_vectors_without_timestamps_are_accepted_by_the_server() {
             ),
             ("X-Shopify-Topic".into(), "orders/create".into()),
         ],
-        body: br#"{"id":820982911946154508,"email":"jon@example.com"}"#.to_vec(),
-    };
+        br#"{"id":820982911946154508,"email":"jon@example.com"}"#.to_vec(),
+    );
     assert_eq!(server.post("shopify", &shopify).await.0, 200);
     server.stop().await;
 }
@@ -237,21 +223,17 @@ async fn published_vectors_with_timestamps_verify_at_their_time() {
         ),
     ]);
     let body = br#"{"test": 2432232314}"#;
-    let v = server.scheme("sw").verify(&Input {
-        headers: &h,
-        body,
-        now: 1614265330,
-    });
+    let v = server
+        .scheme("sw")
+        .verify(&Input::post(&h, body, 1614265330));
     assert!(
         matches!(v, Ok(Verdict::Event(ref i)) if i.event_id == "msg_p5jXN8AQM9LWM0D4loKWxJek"),
         "{v:?}"
     );
     // ... and the same request today is a replay outside the window.
-    let v = server.scheme("sw").verify(&Input {
-        headers: &h,
-        body,
-        now: unix_now(),
-    });
+    let v = server
+        .scheme("sw")
+        .verify(&Input::post(&h, body, unix_now()));
     assert_eq!(v, Err(Reject::TooOld));
 
     // Stripe, cross-checked between stripe-python and stripe-node.
@@ -259,11 +241,10 @@ async fn published_vectors_with_timestamps_verify_at_their_time() {
         "Stripe-Signature",
         "t=1700000000,v1=0c8670ed117751cc551a20e35839447075c42800ea3cf3e8a2fbda99cd1e6edd",
     )]);
-    let v = server.scheme("stripe").verify(&Input {
-        headers: &h,
-        body: br#"{"id":"evt_1","object":"event"}"#,
-        now: 1700000000,
-    });
+    let body = br#"{"id":"evt_1","object":"event"}"#;
+    let v = server
+        .scheme("stripe")
+        .verify(&Input::post(&h, body, 1700000000));
     assert!(
         matches!(v, Ok(Verdict::Event(ref i)) if i.event_id == "evt_1"),
         "{v:?}"
@@ -279,11 +260,9 @@ async fn published_vectors_with_timestamps_verify_at_their_time() {
             "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503",
         ),
     ]);
-    let v = server.scheme("slack").verify(&Input {
-        headers: &h,
-        body,
-        now: 1531420618,
-    });
+    let v = server
+        .scheme("slack")
+        .verify(&Input::post(&h, body, 1531420618));
     assert!(matches!(v, Err(ref r) if !r.is_auth()), "{v:?}");
     server.stop().await;
 }
@@ -303,7 +282,6 @@ secrets = ["whsec_old", "whsec_new"]
 #[tokio::test]
 async fn rotation_accepts_either_secret_and_any_good_signature_in_the_header() {
     let server = TestServer::start(ROTATION).await;
-    let tolerance = server.scheme("rotating").tolerance();
     for (n, secret) in [
         "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
         "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD",
@@ -311,13 +289,7 @@ async fn rotation_accepts_either_secret_and_any_good_signature_in_the_header() {
     .into_iter()
     .enumerate()
     {
-        let one = Scheme::new(
-            Kind::StandardWebhooks,
-            vec![Secret::new(secret)],
-            tolerance,
-            None,
-        )
-        .unwrap();
+        let one = scheme_of(ROTATION, "rotating", &[secret]);
         let id = format!("msg_rot_{n}");
         let req = sign_with(&one, &id, &event_body(&id, ""), unix_now());
         assert_eq!(server.post("rotating", &req).await.0, 200, "secret {n}");
@@ -336,7 +308,7 @@ async fn rotation_accepts_either_secret_and_any_good_signature_in_the_header() {
     assert_eq!(server.post("rotating", &req).await.0, 200);
 
     for (n, secret) in ["whsec_old", "whsec_new"].into_iter().enumerate() {
-        let one = Scheme::new(Kind::Stripe, vec![Secret::new(secret)], tolerance, None).unwrap();
+        let one = scheme_of(ROTATION, "stripe2", &[secret]);
         let id = format!("evt_rot_{n}");
         let req = sign_with(&one, &id, &event_body(&id, ""), unix_now());
         assert_eq!(

@@ -142,11 +142,38 @@ pub struct TestServer {
 
 /// A request as a provider would send it.
 pub struct Signed {
+    pub method: hyper::http::Method,
+    /// The query string, without `?`.
+    pub query: Option<String>,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
 }
 
 impl Signed {
+    /// A POST of `body` with `headers`.
+    pub fn post(headers: Vec<(String, String)>, body: Vec<u8>) -> Signed {
+        Signed {
+            method: hyper::http::Method::POST,
+            query: None,
+            headers,
+            body,
+        }
+    }
+
+    /// What the scheme made, as text headers.
+    pub fn from_sample(sample: hookinbox::scheme::Sample) -> Signed {
+        Signed {
+            method: sample.method,
+            query: sample.query,
+            headers: sample
+                .headers
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_str().unwrap().to_owned()))
+                .collect(),
+            body: sample.body,
+        }
+    }
+
     pub fn set(&mut self, name: &str, value: &str) {
         self.remove(name);
         self.headers.push((name.to_owned(), value.to_owned()));
@@ -234,7 +261,7 @@ impl TestServer {
         self.sign_at(source, id, body, hookinbox::clock::unix_now())
     }
 
-    /// POSTs to `/hooks/<source>`; returns the status and the body.
+    /// Sends `req` to `/hooks/<source>`; returns the status and the body.
     pub async fn post(&self, source: &str, req: &Signed) -> (u16, String) {
         let resp = send(&self.client, &self.base, source, req)
             .await
@@ -282,33 +309,71 @@ pub fn client_builder() -> reqwest::ClientBuilder {
     reqwest::Client::builder().no_proxy()
 }
 
-/// POSTs a signed request to `{base}/hooks/{source}` on `client`'s connections.
+/// Sends a signed request to `{base}/hooks/{source}` on `client`'s connections, with its
+/// method and query.
 pub async fn send(
     client: &reqwest::Client,
     base: &str,
     source: &str,
     req: &Signed,
 ) -> reqwest::Result<reqwest::Response> {
-    let mut r = client
-        .post(format!("{base}/hooks/{source}"))
-        .body(req.body.clone());
+    let mut url = format!("{base}/hooks/{source}");
+    if let Some(q) = &req.query {
+        url.push('?');
+        url.push_str(q);
+    }
+    let mut r = client.request(req.method.clone(), url);
+    if !req.body.is_empty() || req.method == hyper::http::Method::POST {
+        r = r.body(req.body.clone());
+    }
     for (k, v) in &req.headers {
         r = r.header(k, v);
     }
     r.send().await
 }
 
+/// The scheme of `source` in `sources` (TOML `[[sources]]` tables), keyed with `secrets`
+/// instead of its configured ones: a provider's signer with another, or a second, secret.
+pub fn scheme_of(sources: &str, source: &str, secrets: &[&str]) -> Scheme {
+    let doc: toml::Table = toml::from_str(sources).expect("test sources are TOML");
+    let table = doc["sources"]
+        .as_array()
+        .expect("[[sources]]")
+        .iter()
+        .filter_map(|t| t.as_table())
+        .find(|t| t["name"].as_str() == Some(source))
+        .unwrap_or_else(|| panic!("no source {source}"));
+    let mut settings = table.clone();
+    settings.retain(|k, _| !hookinbox::scheme::setup::COMMON_KEYS.contains(&k));
+    let id = table
+        .get("id_header")
+        .and_then(|h| h.as_str())
+        .map(|h| hookinbox::scheme::IdRule::Header(h.to_ascii_lowercase().parse().unwrap()))
+        .or_else(|| {
+            table
+                .get("id_pointer")
+                .and_then(|p| p.as_str())
+                .map(hookinbox::scheme::IdRule::pointer)
+        });
+    let secrets = secrets
+        .iter()
+        .map(|s| hookinbox::secret::Secret::new(*s))
+        .collect();
+    let scheme = table["scheme"].as_str().expect("a scheme");
+    let setup = hookinbox::scheme::Setup::literal(scheme, secrets, settings);
+    Scheme::build(setup, None, id).expect("a valid test source")
+}
+
 /// A request signed by `scheme` as its provider would sign it.
 pub fn sign_with(scheme: &Scheme, id: &str, body: &[u8], now: i64) -> Signed {
-    let headers = scheme
-        .sign(body, id, now)
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_str().unwrap().to_owned()))
-        .collect();
-    Signed {
-        headers,
-        body: body.to_vec(),
-    }
+    let path = "/hooks/test";
+    Signed::from_sample(scheme.sign(&hookinbox::scheme::Draft {
+        body,
+        id,
+        now,
+        path,
+        signing_key: None,
+    }))
 }
 
 /// The body every scheme accepts: JSON carrying the id where schemes read it from the body

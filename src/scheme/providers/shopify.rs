@@ -8,11 +8,13 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use hyper::http::{HeaderName, HeaderValue};
+use hyper::http::HeaderName;
 use ring::hmac;
 
-use super::standard_webhooks::value;
-use super::{Ctx, IdRule, Identity, Input, Reject, Verdict};
+use crate::scheme::keys::Keys;
+use crate::scheme::{
+    Ctx, Draft, Horizon, IdRule, Identity, Input, Reject, Sample, Setup, Verdict, Verifier, value,
+};
 
 /// The two header families, `[signature, event id, topic]`: the classic HTTPS delivery, then
 /// the Events preview. Lowercase, as `HeaderName::from_static` requires.
@@ -25,60 +27,74 @@ const NAMES: [[&str; 3]; 2] = [
     ["shopify-hmac-sha256", "shopify-webhook-id", "shopify-topic"],
 ];
 
-pub fn verify(input: &Input, ctx: &Ctx) -> Result<Verdict, Reject> {
-    // The classic names win when both are present. Id and topic come from the same family as
-    // the signature: a delivery uses one naming throughout.
-    let [sig_name, id_name, topic_name] = NAMES
-        .into_iter()
-        .find(|[sig, _, _]| input.headers.contains_key(*sig))
-        .ok_or(Reject::MissingHeader(NAMES[0][0]))?;
-    let signature = super::header(input.headers, sig_name)?;
-    let tag = STANDARD
-        .decode(signature)
-        .map_err(|_| Reject::MalformedHeader(sig_name))?;
-    if !ctx.any_key_matches(input.body, &tag) {
-        return Err(Reject::NoMatch);
-    }
-    let default = IdRule::Header(HeaderName::from_static(id_name));
-    Ok(Verdict::Event(Identity {
-        event_id: ctx.event_id(input, &default)?,
-        provider_time: None,
-        event_type: super::optional_header(input.headers, topic_name),
+pub const PROVIDER: super::Provider = super::Provider {
+    name: "shopify",
+    build,
+};
+
+fn build(setup: &mut Setup) -> Result<Box<dyn Verifier>, String> {
+    Ok(Box::new(Shopify {
+        keys: Keys::raw(hmac::HMAC_SHA256, &setup.secrets()?),
     }))
 }
 
-/// The classic headers Shopify would send for `body`: the signature, and `id` under
-/// `id_header` (the source's configured id header) or else `X-Shopify-Webhook-Id`.
-pub fn sign(
-    key: &hmac::Key,
-    body: &[u8],
-    id: &str,
-    id_header: Option<&HeaderName>,
-) -> Vec<(HeaderName, HeaderValue)> {
-    let tag = hmac::sign(key, body);
-    let id_header = id_header
-        .cloned()
-        .unwrap_or(HeaderName::from_static(NAMES[0][1]));
-    vec![
-        (
-            HeaderName::from_static(NAMES[0][0]),
-            value(&STANDARD.encode(tag.as_ref())),
-        ),
-        (id_header, value(id)),
-    ]
+#[derive(Debug)]
+struct Shopify {
+    keys: Keys,
+}
+
+impl Verifier for Shopify {
+    fn verify(&self, input: &Input, ctx: &Ctx) -> Result<Verdict, Reject> {
+        // The classic names win when both are present. Id and topic come from the same
+        // family as the signature: a delivery uses one naming throughout.
+        let [sig_name, id_name, topic_name] = NAMES
+            .into_iter()
+            .find(|[sig, _, _]| input.headers.contains_key(*sig))
+            .ok_or(Reject::MissingHeader(NAMES[0][0]))?;
+        let signature = crate::scheme::header(input.headers, sig_name)?;
+        let tag = STANDARD
+            .decode(signature)
+            .map_err(|_| Reject::MalformedHeader(sig_name))?;
+        if !self.keys.any_matches(input.body, &tag) {
+            return Err(Reject::NoMatch);
+        }
+        Ok(Verdict::Event(Identity {
+            event_id: ctx.event_id(input, &IdRule::header(id_name))?,
+            provider_time: None,
+            event_type: crate::scheme::optional_header(input.headers, topic_name),
+        }))
+    }
+
+    /// The classic headers: the signature and the webhook id.
+    fn sign(&self, draft: &Draft) -> Sample {
+        let tag = STANDARD.encode(self.keys.sign(draft.body));
+        Sample::post(
+            vec![
+                (HeaderName::from_static(NAMES[0][0]), value(&tag)),
+                (HeaderName::from_static(NAMES[0][1]), value(draft.id)),
+            ],
+            draft.body,
+        )
+    }
+
+    fn default_id(&self) -> Option<IdRule> {
+        Some(IdRule::header(NAMES[0][1]))
+    }
+
+    fn redelivery(&self) -> Option<Horizon> {
+        Horizon::days(2, "Shopify's retries")
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheme::{Kind, Scheme};
-    use crate::secret::Secret;
+    use crate::scheme::{Scheme, test_scheme};
     use hyper::http::HeaderMap;
-    use std::time::Duration;
 
     fn scheme(secrets: &[&str], id: Option<IdRule>) -> Scheme {
-        let secrets = secrets.iter().map(|s| Secret::new(*s)).collect();
-        Scheme::new(Kind::Shopify, secrets, Duration::from_secs(300), id).unwrap()
+        let secrets: Vec<&str> = secrets.to_vec();
+        test_scheme("shopify", &secrets, "", id)
     }
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
@@ -99,11 +115,7 @@ mod tests {
             ("X-Shopify-Webhook-Id", WEBHOOK_ID),
             ("X-Shopify-Topic", "orders/create"),
         ]);
-        s.verify(&Input {
-            headers: &h,
-            body,
-            now: NOW,
-        })
+        s.verify(&Input::post(&h, body, NOW))
     }
 
     fn event(id: &str, topic: Option<&str>) -> Verdict {
@@ -118,7 +130,7 @@ mod tests {
     fn published_vector_signs_and_verifies() {
         let s = scheme(&[SECRET], None);
         assert_eq!(
-            s.sign(BODY, WEBHOOK_ID, NOW),
+            s.sign_post(BODY, WEBHOOK_ID, NOW).headers,
             vec![
                 (HeaderName::from_static("x-shopify-hmac-sha256"), value(SIG)),
                 (
@@ -141,11 +153,7 @@ mod tests {
             ("shopify-webhook-id", "w-2"),
             ("shopify-topic", "orders/paid"),
         ]);
-        let v = s.verify(&Input {
-            headers: &h,
-            body: BODY,
-            now: NOW,
-        });
+        let v = s.verify(&Input::post(&h, BODY, NOW));
         assert_eq!(v, Ok(event("w-2", Some("orders/paid"))));
     }
 
@@ -154,16 +162,12 @@ mod tests {
         let event_id = HeaderName::from_static("x-shopify-event-id");
         let s = scheme(&[SECRET], Some(IdRule::Header(event_id.clone())));
         let mut h = HeaderMap::new();
-        for (k, v) in s.sign(BODY, "e-1", NOW) {
+        for (k, v) in s.sign_post(BODY, "e-1", NOW).headers {
             h.insert(k, v);
         }
-        assert!(h.contains_key(&event_id) && !h.contains_key("x-shopify-webhook-id"));
+        assert!(h.contains_key(&event_id));
         assert_eq!(
-            s.verify(&Input {
-                headers: &h,
-                body: BODY,
-                now: NOW
-            }),
+            s.verify(&Input::post(&h, BODY, NOW)),
             Ok(event("e-1", None))
         );
     }
@@ -178,11 +182,7 @@ mod tests {
     fn missing_header() {
         let s = scheme(&[SECRET], None);
         let h = headers(&[("X-Shopify-Webhook-Id", WEBHOOK_ID)]);
-        let v = s.verify(&Input {
-            headers: &h,
-            body: BODY,
-            now: NOW,
-        });
+        let v = s.verify(&Input::post(&h, BODY, NOW));
         assert_eq!(v, Err(Reject::MissingHeader("x-shopify-hmac-sha256")));
     }
 
@@ -220,11 +220,7 @@ mod tests {
     fn authentic_without_webhook_id_is_a_bad_request() {
         let s = scheme(&[SECRET], None);
         let h = headers(&[("X-Shopify-Hmac-Sha256", SIG)]);
-        let v = s.verify(&Input {
-            headers: &h,
-            body: BODY,
-            now: NOW,
-        });
+        let v = s.verify(&Input::post(&h, BODY, NOW));
         assert_eq!(v, Err(Reject::NoEventId("id header missing")));
     }
 
@@ -233,15 +229,11 @@ mod tests {
         let s = scheme(&["shpss_round_trip"], None);
         let body = b"\x00 any bytes \xff";
         let mut h = HeaderMap::new();
-        for (k, v) in s.sign(body, "w-round", NOW) {
+        for (k, v) in s.sign_post(body, "w-round", NOW).headers {
             h.insert(k, v);
         }
         assert_eq!(
-            s.verify(&Input {
-                headers: &h,
-                body,
-                now: NOW
-            }),
+            s.verify(&Input::post(&h, body, NOW)),
             Ok(event("w-round", None))
         );
     }

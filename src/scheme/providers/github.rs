@@ -4,11 +4,13 @@
 //! SHA-1 `X-Hub-Signature` is never consulted. Sources: github/docs
 //! `validating-webhook-deliveries.md`, `@octokit/webhooks-methods` `verify()`.
 
-use hyper::http::{HeaderName, HeaderValue};
+use hyper::http::HeaderName;
 use ring::hmac;
 
-use super::standard_webhooks::value;
-use super::{Ctx, IdRule, Identity, Input, Reject, Verdict};
+use crate::scheme::keys::Keys;
+use crate::scheme::{
+    Ctx, Draft, Horizon, IdRule, Identity, Input, Reject, Sample, Setup, Verdict, Verifier, value,
+};
 
 const SIGNATURE_HEADER: &str = "X-Hub-Signature-256";
 const SIGNATURE_PREFIX: &str = "sha256=";
@@ -16,55 +18,83 @@ const SIGNATURE_PREFIX: &str = "sha256=";
 const DELIVERY_HEADER: &str = "x-github-delivery";
 const EVENT_HEADER: &str = "X-GitHub-Event";
 
-pub fn verify(input: &Input, ctx: &Ctx) -> Result<Verdict, Reject> {
-    let malformed = || Reject::MalformedHeader(SIGNATURE_HEADER);
-    let signature = super::header(input.headers, SIGNATURE_HEADER)?;
-    let hex_tag = signature
-        .strip_prefix(SIGNATURE_PREFIX)
-        .ok_or_else(malformed)?;
-    // octokit compares the whole `sha256=<hex>` string, so uppercase hex never verifies there,
-    // and GitHub only sends lowercase. We refuse it as malformed rather than as a mismatch, so
-    // the log points at the sender's format and not at the secret.
-    if hex_tag.bytes().any(|b| b.is_ascii_uppercase()) {
-        return Err(malformed());
-    }
-    let tag = hex::decode(hex_tag).map_err(|_| malformed())?;
-    if !ctx.any_key_matches(input.body, &tag) {
-        return Err(Reject::NoMatch);
-    }
-    let default = IdRule::Header(HeaderName::from_static(DELIVERY_HEADER));
-    Ok(Verdict::Event(Identity {
-        event_id: ctx.event_id(input, &default)?,
-        provider_time: None,
-        event_type: super::optional_header(input.headers, EVENT_HEADER),
+pub const PROVIDER: super::Provider = super::Provider {
+    name: "github",
+    build,
+};
+
+fn build(setup: &mut Setup) -> Result<Box<dyn Verifier>, String> {
+    Ok(Box::new(Github {
+        keys: Keys::raw(hmac::HMAC_SHA256, &setup.secrets()?),
     }))
 }
 
-/// The headers GitHub would send for `body` with delivery GUID `id`: the signature and the
-/// delivery id, nothing else (the event name is not signed, so tests gain nothing from it).
-pub fn sign(key: &hmac::Key, body: &[u8], id: &str) -> Vec<(HeaderName, HeaderValue)> {
-    let tag = hmac::sign(key, body);
-    let signature = format!("{SIGNATURE_PREFIX}{}", hex::encode(tag.as_ref()));
-    vec![
-        (
-            HeaderName::from_static("x-hub-signature-256"),
-            value(&signature),
-        ),
-        (HeaderName::from_static(DELIVERY_HEADER), value(id)),
-    ]
+#[derive(Debug)]
+struct Github {
+    keys: Keys,
+}
+
+impl Verifier for Github {
+    fn verify(&self, input: &Input, ctx: &Ctx) -> Result<Verdict, Reject> {
+        let malformed = || Reject::MalformedHeader(SIGNATURE_HEADER);
+        let signature = crate::scheme::header(input.headers, SIGNATURE_HEADER)?;
+        let hex_tag = signature
+            .strip_prefix(SIGNATURE_PREFIX)
+            .ok_or_else(malformed)?;
+        // octokit compares the whole `sha256=<hex>` string, so uppercase hex never verifies
+        // there, and GitHub only sends lowercase. We refuse it as malformed rather than as a
+        // mismatch, so the log points at the sender's format and not at the secret.
+        if hex_tag.bytes().any(|b| b.is_ascii_uppercase()) {
+            return Err(malformed());
+        }
+        let tag = hex::decode(hex_tag).map_err(|_| malformed())?;
+        if !self.keys.any_matches(input.body, &tag) {
+            return Err(Reject::NoMatch);
+        }
+        Ok(Verdict::Event(Identity {
+            event_id: ctx.event_id(input, &IdRule::header(DELIVERY_HEADER))?,
+            provider_time: None,
+            event_type: crate::scheme::optional_header(input.headers, EVENT_HEADER),
+        }))
+    }
+
+    /// The signature and the delivery id, nothing else (the event name is not signed, so
+    /// tests gain nothing from it).
+    fn sign(&self, draft: &Draft) -> Sample {
+        let signature = format!(
+            "{SIGNATURE_PREFIX}{}",
+            hex::encode(self.keys.sign(draft.body))
+        );
+        Sample::post(
+            vec![
+                (HeaderName::from_static("x-hub-signature-256"), value(&signature)),
+                (HeaderName::from_static(DELIVERY_HEADER), value(draft.id)),
+            ],
+            draft.body,
+        )
+    }
+
+    fn default_id(&self) -> Option<IdRule> {
+        Some(IdRule::header(DELIVERY_HEADER))
+    }
+
+    fn redelivery(&self) -> Option<Horizon> {
+        Horizon::days(
+            3,
+            "the 3 days in which GitHub deliveries can be redelivered by hand",
+        )
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheme::{Kind, Scheme};
-    use crate::secret::Secret;
+    use crate::scheme::{Scheme, test_scheme};
     use hyper::http::HeaderMap;
-    use std::time::Duration;
 
     fn scheme(secrets: &[&str]) -> Scheme {
-        let secrets = secrets.iter().map(|s| Secret::new(*s)).collect();
-        Scheme::new(Kind::Github, secrets, Duration::from_secs(300), None).unwrap()
+        let secrets: Vec<&str> = secrets.to_vec();
+        test_scheme("github", &secrets, "", None)
     }
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
@@ -91,11 +121,7 @@ mod tests {
             ("X-GitHub-Delivery", GUID),
             ("X-GitHub-Event", "push"),
         ]);
-        s.verify(&Input {
-            headers: &h,
-            body,
-            now: NOW,
-        })
+        s.verify(&Input::post(&h, body, NOW))
     }
 
     #[test]
@@ -106,7 +132,7 @@ mod tests {
         ] {
             let s = scheme(&[secret]);
             assert_eq!(
-                s.sign(body, GUID, NOW),
+                s.sign_post(body, GUID, NOW).headers,
                 vec![
                     (HeaderName::from_static("x-hub-signature-256"), value(sig)),
                     (HeaderName::from_static("x-github-delivery"), value(GUID)),
@@ -150,11 +176,7 @@ mod tests {
             ),
             ("X-GitHub-Delivery", GUID),
         ]);
-        let v = s.verify(&Input {
-            headers: &h,
-            body: DOCS_BODY,
-            now: NOW,
-        });
+        let v = s.verify(&Input::post(&h, DOCS_BODY, NOW));
         assert_eq!(v, Err(Reject::MissingHeader("X-Hub-Signature-256")));
     }
 
@@ -181,11 +203,7 @@ mod tests {
             ("X-Hub-Signature-256", DOCS_SIG),
             ("X-GitHub-Delivery", GUID),
         ]);
-        let v = s.verify(&Input {
-            headers: &twice,
-            body: DOCS_BODY,
-            now: NOW,
-        });
+        let v = s.verify(&Input::post(&twice, DOCS_BODY, NOW));
         assert_eq!(v, Err(Reject::MalformedHeader("X-Hub-Signature-256")));
     }
 
@@ -219,11 +237,7 @@ mod tests {
         ]);
         for now in [0, NOW, i64::MAX] {
             assert!(
-                s.verify(&Input {
-                    headers: &h,
-                    body: DOCS_BODY,
-                    now
-                })
+                s.verify(&Input::post(&h, DOCS_BODY, now))
                 .is_ok()
             );
         }
@@ -233,11 +247,7 @@ mod tests {
     fn authentic_without_delivery_id_is_a_bad_request() {
         let s = scheme(&[DOCS_SECRET]);
         let h = headers(&[("X-Hub-Signature-256", DOCS_SIG)]);
-        let v = s.verify(&Input {
-            headers: &h,
-            body: DOCS_BODY,
-            now: NOW,
-        });
+        let v = s.verify(&Input::post(&h, DOCS_BODY, NOW));
         assert_eq!(v, Err(Reject::NoEventId("id header missing")));
     }
 
@@ -246,15 +256,11 @@ mod tests {
         let s = scheme(&["round trip"]);
         let body = br#"{"zen":"Keep it logically awesome."}"#;
         let mut h = HeaderMap::new();
-        for (k, v) in s.sign(body, "d-1", NOW) {
+        for (k, v) in s.sign_post(body, "d-1", NOW).headers {
             h.insert(k, v);
         }
         let v = s
-            .verify(&Input {
-                headers: &h,
-                body,
-                now: NOW,
-            })
+            .verify(&Input::post(&h, body, NOW))
             .unwrap();
         assert_eq!(
             v,

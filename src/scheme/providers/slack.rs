@@ -5,47 +5,118 @@
 //! the signature check, and never stored. Sources: docs.slack.dev
 //! `verifying-requests-from-slack`, `slack_sdk/signature/__init__.py`.
 
-use hyper::http::{HeaderName, HeaderValue};
+use hyper::http::HeaderName;
 use ring::hmac;
 
-use super::standard_webhooks::value;
-use super::{Ctx, IdRule, Identity, Input, Reject, Verdict};
+use crate::scheme::keys::Keys;
+use crate::scheme::{
+    Ctx, Draft, Handshake, Horizon, IdRule, Identity, Input, Reject, Reply, Sample, Setup,
+    Verdict, Verifier, value,
+};
 
 const SIGNATURE_HEADER: &str = "X-Slack-Signature";
 const TIMESTAMP_HEADER: &str = "X-Slack-Request-Timestamp";
 /// The only version Slack has defined; Bolt refuses any other.
 const VERSION: &str = "v0";
 
-pub fn verify(input: &Input, ctx: &Ctx) -> Result<Verdict, Reject> {
-    let signature = super::header(input.headers, SIGNATURE_HEADER)?;
-    let ts_text = super::header(input.headers, TIMESTAMP_HEADER)?;
-    let tag = signature
-        .strip_prefix(VERSION)
-        .and_then(|rest| rest.strip_prefix('='))
-        .and_then(|hex_tag| hex::decode(hex_tag).ok())
-        .ok_or(Reject::MalformedHeader(SIGNATURE_HEADER))?;
-    let ts = super::parse_timestamp(ts_text, TIMESTAMP_HEADER)?;
-    ctx.check_time(ts, input.now)?;
-    if !ctx.any_key_matches(&signed(ts_text, input.body), &tag) {
-        return Err(Reject::NoMatch);
+pub const PROVIDER: super::Provider = super::Provider {
+    name: "slack",
+    build,
+};
+
+fn build(setup: &mut Setup) -> Result<Box<dyn Verifier>, String> {
+    Ok(Box::new(Slack {
+        keys: Keys::raw(hmac::HMAC_SHA256, &setup.secrets()?),
+    }))
+}
+
+#[derive(Debug)]
+struct Slack {
+    keys: Keys,
+}
+
+impl Verifier for Slack {
+    fn verify(&self, input: &Input, ctx: &Ctx) -> Result<Verdict, Reject> {
+        let signature = crate::scheme::header(input.headers, SIGNATURE_HEADER)?;
+        let ts_text = crate::scheme::header(input.headers, TIMESTAMP_HEADER)?;
+        let tag = signature
+            .strip_prefix(VERSION)
+            .and_then(|rest| rest.strip_prefix('='))
+            .and_then(|hex_tag| hex::decode(hex_tag).ok())
+            .ok_or(Reject::MalformedHeader(SIGNATURE_HEADER))?;
+        let ts = crate::scheme::parse_timestamp(ts_text, TIMESTAMP_HEADER)?;
+        ctx.check_time(ts, input.now)?;
+        if !self.keys.any_matches(&signed(ts_text, input.body), &tag) {
+            return Err(Reject::NoMatch);
+        }
+
+        // Slash commands and interactivity send form bodies: those are not JSON, and get an
+        // id only from a configured rule.
+        let json = crate::scheme::json::text;
+        if json(input.body, "/type").as_deref() == Some("url_verification") {
+            let challenge = json(input.body, "/challenge").ok_or(Reject::BadBody(
+                "url_verification without a challenge string",
+            ))?;
+            let answer = serde_json::json!({ "challenge": challenge });
+            return Handshake::verdict("url_verification", Reply::json(&answer));
+        }
+        let event_type = crate::scheme::json_str(input.body, "/event/type")
+            .or_else(|| crate::scheme::json_str(input.body, "/type"));
+        Ok(Verdict::Event(Identity {
+            event_id: ctx.event_id(input, &IdRule::pointer("/event_id"))?,
+            provider_time: Some(ts),
+            event_type,
+        }))
     }
 
-    // Slash commands and interactivity send form bodies: those are not JSON, and get an id
-    // only from a configured rule.
-    if super::json::text(input.body, "/type").as_deref() == Some("url_verification") {
-        let challenge = super::json::text(input.body, "/challenge").ok_or(Reject::BadBody(
-            "url_verification without a challenge string",
-        ))?;
-        let answer = serde_json::json!({ "challenge": challenge });
-        return Ok(Verdict::Handshake(answer.to_string().into_bytes()));
+    /// The headers Slack would send, like `slack_sdk`'s
+    /// `SignatureVerifier.generate_signature`.
+    fn sign(&self, draft: &Draft) -> Sample {
+        let ts = draft.now.to_string();
+        let tag = self.keys.sign(&signed(&ts, draft.body));
+        Sample::post(
+            vec![
+                (HeaderName::from_static("x-slack-request-timestamp"), value(&ts)),
+                (
+                    HeaderName::from_static("x-slack-signature"),
+                    value(&format!("{VERSION}={}", hex::encode(tag))),
+                ),
+            ],
+            draft.body,
+        )
     }
-    let event_type =
-        super::json_str(input.body, "/event/type").or_else(|| super::json_str(input.body, "/type"));
-    Ok(Verdict::Event(Identity {
-        event_id: ctx.event_id(input, &IdRule::Pointer("/event_id".into()))?,
-        provider_time: Some(ts),
-        event_type,
-    }))
+
+    fn sign_handshake(&self, draft: &Draft) -> Option<Sample> {
+        let body = serde_json::json!({
+            "token": "Jhj5dZrVaK7ZwHHjRyZWjbDl",
+            "challenge": draft.id,
+            "type": "url_verification",
+        })
+        .to_string();
+        Some(self.sign(&Draft {
+            body: body.as_bytes(),
+            ..*draft
+        }))
+    }
+
+    fn signs_timestamp(&self) -> bool {
+        true
+    }
+
+    fn signs_id(&self) -> bool {
+        true
+    }
+
+    fn default_id(&self) -> Option<IdRule> {
+        Some(IdRule::pointer("/event_id"))
+    }
+
+    fn redelivery(&self) -> Option<Horizon> {
+        Some(Horizon {
+            within: std::time::Duration::from_secs(3600),
+            why: "Slack's retries",
+        })
+    }
 }
 
 /// `v0:{ts}:{body}`, with `ts` exactly as sent.
@@ -59,34 +130,15 @@ fn signed(ts: &str, body: &[u8]) -> Vec<u8> {
     signed
 }
 
-/// The headers Slack would send for `body` at `now`, like `slack_sdk`'s
-/// `SignatureVerifier.generate_signature`.
-pub fn sign(key: &hmac::Key, body: &[u8], now: i64) -> Vec<(HeaderName, HeaderValue)> {
-    let ts = now.to_string();
-    let tag = hmac::sign(key, &signed(&ts, body));
-    vec![
-        (
-            HeaderName::from_static("x-slack-request-timestamp"),
-            value(&ts),
-        ),
-        (
-            HeaderName::from_static("x-slack-signature"),
-            value(&format!("{VERSION}={}", hex::encode(tag.as_ref()))),
-        ),
-    ]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheme::{Kind, Scheme};
-    use crate::secret::Secret;
+    use crate::scheme::{Scheme, test_scheme};
     use hyper::http::HeaderMap;
-    use std::time::Duration;
 
     fn scheme(secrets: &[&str]) -> Scheme {
-        let secrets = secrets.iter().map(|s| Secret::new(*s)).collect();
-        Scheme::new(Kind::Slack, secrets, Duration::from_secs(300), None).unwrap()
+        let secrets: Vec<&str> = secrets.to_vec();
+        test_scheme("slack", &secrets, "", None)
     }
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
@@ -104,24 +156,23 @@ mod tests {
             ("X-Slack-Signature", signature),
             ("X-Slack-Request-Timestamp", "1531420618"),
         ]);
-        s.verify(&Input {
-            headers: &h,
-            body,
-            now,
-        })
+        s.verify(&Input::post(&h, body, now))
     }
 
     /// Headers signed with `secret` at TS.
     fn signed_headers(secret: &str, body: &[u8]) -> HeaderMap {
-        let key = hmac::Key::new(hmac::HMAC_SHA256, secret.as_bytes());
-        sign(&key, body, TS).into_iter().collect()
+        scheme(&[secret])
+            .sign_post(body, "ignored", TS)
+            .headers
+            .into_iter()
+            .collect()
     }
 
     #[test]
     fn published_vector_signs_and_verifies() {
         let s = scheme(&[SECRET]);
         assert_eq!(
-            s.sign(BODY, "ignored", TS),
+            s.sign_post(BODY, "ignored", TS).headers,
             vec![
                 (
                     HeaderName::from_static("x-slack-request-timestamp"),
@@ -145,11 +196,7 @@ mod tests {
         let s = scheme(&[SECRET]);
         let body =
             br#"{"type":"event_callback","event_id":"Ev08MFMKH6","event":{"type":"app_mention"}}"#;
-        let v = s.verify(&Input {
-            headers: &signed_headers(SECRET, body),
-            body,
-            now: TS,
-        });
+        let v = s.verify(&Input::post(&signed_headers(SECRET, body), body, TS));
         assert_eq!(
             v,
             Ok(Verdict::Event(Identity {
@@ -160,11 +207,7 @@ mod tests {
         );
         let body = br#"{"type":"app_rate_limited","event_id":"Ev2"}"#;
         let v = s
-            .verify(&Input {
-                headers: &signed_headers(SECRET, body),
-                body,
-                now: TS,
-            })
+            .verify(&Input::post(&signed_headers(SECRET, body), body, TS))
             .unwrap();
         let Verdict::Event(identity) = v else {
             panic!("{v:?}")
@@ -176,31 +219,22 @@ mod tests {
     fn url_verification_is_answered_after_the_signature() {
         let s = scheme(&[SECRET]);
         let body = br#"{"token":"Jhj5dZrVaK7ZwHHjRyZWjbDl","challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P","type":"url_verification"}"#;
-        let v = s.verify(&Input {
-            headers: &signed_headers(SECRET, body),
-            body,
-            now: TS,
-        });
+        let v = s.verify(&Input::post(&signed_headers(SECRET, body), body, TS));
         assert_eq!(
             v,
-            Ok(Verdict::Handshake(
-                br#"{"challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"}"#.to_vec()
-            ))
+            Handshake::verdict(
+                "url_verification",
+                Reply::json(&serde_json::json!({
+                    "challenge": "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"
+                }))
+            )
         );
         // Never answered for a forged request.
-        let forged = s.verify(&Input {
-            headers: &signed_headers("other", body),
-            body,
-            now: TS,
-        });
+        let forged = s.verify(&Input::post(&signed_headers("other", body), body, TS));
         assert_eq!(forged, Err(Reject::NoMatch));
         // Authentic but without a challenge.
         let body = br#"{"type":"url_verification","challenge":7}"#;
-        let v = s.verify(&Input {
-            headers: &signed_headers(SECRET, body),
-            body,
-            now: TS,
-        });
+        let v = s.verify(&Input::post(&signed_headers(SECRET, body), body, TS));
         assert_eq!(
             v,
             Err(Reject::BadBody(
@@ -221,18 +255,10 @@ mod tests {
     fn missing_headers() {
         let s = scheme(&[SECRET]);
         let only_sig = headers(&[("X-Slack-Signature", SIG)]);
-        let v = s.verify(&Input {
-            headers: &only_sig,
-            body: BODY,
-            now: TS,
-        });
+        let v = s.verify(&Input::post(&only_sig, BODY, TS));
         assert_eq!(v, Err(Reject::MissingHeader("X-Slack-Request-Timestamp")));
         let only_ts = headers(&[("X-Slack-Request-Timestamp", "1531420618")]);
-        let v = s.verify(&Input {
-            headers: &only_ts,
-            body: BODY,
-            now: TS,
-        });
+        let v = s.verify(&Input::post(&only_ts, BODY, TS));
         assert_eq!(v, Err(Reject::MissingHeader("X-Slack-Signature")));
     }
 
@@ -257,11 +283,7 @@ mod tests {
                 ("X-Slack-Signature", SIG),
                 ("X-Slack-Request-Timestamp", ts),
             ]);
-            let v = s.verify(&Input {
-                headers: &h,
-                body: BODY,
-                now: TS,
-            });
+            let v = s.verify(&Input::post(&h, BODY, TS));
             assert_eq!(
                 v,
                 Err(Reject::MalformedHeader("X-Slack-Request-Timestamp")),
@@ -307,14 +329,10 @@ mod tests {
         let s = scheme(&["round trip"]);
         let body = br#"{"type":"event_callback","event_id":"Ev-round","event":{"type":"message"}}"#;
         let mut h = HeaderMap::new();
-        for (k, v) in s.sign(body, "ignored", 1_800_000_000) {
+        for (k, v) in s.sign_post(body, "ignored", 1_800_000_000).headers {
             h.insert(k, v);
         }
-        let v = s.verify(&Input {
-            headers: &h,
-            body,
-            now: 1_800_000_000,
-        });
+        let v = s.verify(&Input::post(&h, body, 1_800_000_000));
         assert_eq!(
             v,
             Ok(Verdict::Event(Identity {

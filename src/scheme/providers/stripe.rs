@@ -5,91 +5,50 @@
 //! base64-decoded). While a secret is being rolled Stripe sends one `v1` per active secret, so
 //! any match is enough. `v0` (test mode's fake scheme) and unknown schemes are ignored, as
 //! Stripe's docs ask, so that a forged entry of a weaker scheme cannot downgrade the check.
+//! The window is symmetric, stricter than Stripe's libraries (they accept any future time).
 //! The event id is the body's `id` (`evt_…`). Sources: stripe-python `stripe/_webhook.py`,
 //! stripe-node `Webhooks.js`.
 
-use hyper::http::{HeaderName, HeaderValue};
-use ring::hmac;
-
-use super::MAX_SIGNATURES;
-use super::standard_webhooks::value;
-use super::{Ctx, IdRule, Identity, Input, Reject, Verdict};
+use crate::scheme::hmac::{Engine, Hmac, NoHooks, Preset, Spec, TypeAt};
+use crate::scheme::{Horizon, IdRule, Setup, Verifier};
 
 const SIGNATURE_HEADER: &str = "Stripe-Signature";
 
-pub fn verify(input: &Input, ctx: &Ctx) -> Result<Verdict, Reject> {
-    let malformed = || Reject::MalformedHeader(SIGNATURE_HEADER);
-    let header = super::header(input.headers, SIGNATURE_HEADER)?;
+pub const PROVIDER: super::Provider = super::Provider {
+    name: "stripe",
+    build,
+};
 
-    let mut t = None;
-    let mut candidates = Vec::new();
-    for item in header.split(',') {
-        // An item without '=' carries nothing usable; the official libraries skip it too.
-        let Some((scheme, v)) = item.trim().split_once('=') else {
-            continue;
-        };
-        match scheme {
-            // Two timestamps are ambiguous: which one did the signer mean?
-            "t" if t.is_some() => return Err(malformed()),
-            "t" => t = Some(v),
-            "v1" => candidates.push(v),
-            // v0 and unknown schemes: skipped, see the module comment.
-            _ => {}
-        }
-    }
-    let t_text = t.ok_or_else(malformed)?;
-    if candidates.is_empty() || candidates.len() > MAX_SIGNATURES {
-        return Err(malformed());
-    }
-    let ts = super::parse_timestamp(t_text, SIGNATURE_HEADER)?;
-    // Symmetric window, stricter than Stripe's libraries (they accept any future time): a
-    // timestamp from the future is as suspicious as a stale one.
-    ctx.check_time(ts, input.now)?;
-
-    // Signed over `t` exactly as sent: that is the text the signer hashed.
-    let signed = signed(t_text, input.body);
-    // A candidate that is not hex cannot match; others in the list still may (rotation).
-    let matched = candidates
-        .iter()
-        .any(|c| hex::decode(c).is_ok_and(|tag| ctx.any_key_matches(&signed, &tag)));
-    if !matched {
-        return Err(Reject::NoMatch);
-    }
-    Ok(Verdict::Event(Identity {
-        event_id: ctx.event_id(input, &IdRule::Pointer("/id".into()))?,
-        provider_time: Some(ts),
-        event_type: super::json_str(input.body, "/type"),
-    }))
-}
-
-fn signed(t: &str, body: &[u8]) -> Vec<u8> {
-    let mut signed = Vec::with_capacity(t.len() + 1 + body.len());
-    signed.extend_from_slice(t.as_bytes());
-    signed.push(b'.');
-    signed.extend_from_slice(body);
-    signed
-}
-
-/// The `Stripe-Signature` header Stripe would send for `body` at `now`, like stripe-python's
-/// `WebhookSignature.generate_signature_header`.
-pub fn sign(key: &hmac::Key, body: &[u8], now: i64) -> Vec<(HeaderName, HeaderValue)> {
-    let t = now.to_string();
-    let tag = hmac::sign(key, &signed(&t, body));
-    let header = format!("t={t},v1={}", hex::encode(tag.as_ref()));
-    vec![(HeaderName::from_static("stripe-signature"), value(&header))]
+fn build(setup: &mut Setup) -> Result<Box<dyn Verifier>, String> {
+    let spec = Spec {
+        header: SIGNATURE_HEADER.into(),
+        signature_key: Some("v1".into()),
+        timestamp_key: Some("t".into()),
+        signed: Some("{timestamp}.{body}".into()),
+        ..Spec::default()
+    };
+    let engine =
+        Engine::new(setup, &spec, None, "stripe")?.labelled(SIGNATURE_HEADER, SIGNATURE_HEADER);
+    let preset = Preset {
+        id: Some(IdRule::pointer("/id")),
+        signs_id: true,
+        event_type: Some(TypeAt::Pointer("/type")),
+        redelivery: Horizon::days(3, "Stripe's 3 days of retries"),
+        caveats: &[],
+    };
+    Ok(Hmac::boxed(engine, preset, NoHooks))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::scheme::{Kind, Scheme};
-    use crate::secret::Secret;
+    use crate::scheme::{
+        Identity, Input, MAX_SIGNATURES, Reject, Scheme, Verdict, test_scheme, value,
+    };
     use hyper::http::HeaderMap;
-    use std::time::Duration;
 
     fn scheme(secrets: &[&str]) -> Scheme {
-        let secrets = secrets.iter().map(|s| Secret::new(*s)).collect();
-        Scheme::new(Kind::Stripe, secrets, Duration::from_secs(300), None).unwrap()
+        let secrets: Vec<&str> = secrets.to_vec();
+        test_scheme("stripe", &secrets, "", None)
     }
 
     fn headers(signature: &str) -> HeaderMap {
@@ -110,11 +69,7 @@ mod tests {
         "t=1700000000,v1=0c8670ed117751cc551a20e35839447075c42800ea3cf3e8a2fbda99cd1e6edd";
 
     fn verify_at(s: &Scheme, signature: &str, body: &[u8], now: i64) -> Result<Verdict, Reject> {
-        s.verify(&Input {
-            headers: &headers(signature),
-            body,
-            now,
-        })
+        s.verify(&Input::post(&headers(signature), body, now))
     }
 
     fn event(id: &str, event_type: Option<&str>) -> Verdict {
@@ -132,11 +87,9 @@ mod tests {
             (BODY_1, HEADER_1, "evt_test_webhook"),
             (BODY_2, HEADER_2, "evt_1"),
         ] {
-            let signed = s.sign(body, "ignored", T);
-            assert_eq!(
-                signed,
-                vec![(HeaderName::from_static("stripe-signature"), value(header))]
-            );
+            let signed = s.sign_post(body, "ignored", T);
+            assert_eq!(signed.header("stripe-signature"), Some(header));
+            assert_eq!(signed.headers.len(), 1);
             assert_eq!(verify_at(&s, header, body, T), Ok(event(id, None)));
         }
     }
@@ -145,7 +98,7 @@ mod tests {
     fn event_type_is_read_from_the_body() {
         let s = scheme(&[SECRET]);
         let body = br#"{"id":"evt_2","type":"invoice.paid"}"#;
-        let (_, sig) = s.sign(body, "", T).remove(0);
+        let (_, sig) = s.sign_post(body, "", T).headers.remove(0);
         let v = verify_at(&s, sig.to_str().unwrap(), body, T);
         assert_eq!(v, Ok(event("evt_2", Some("invoice.paid"))));
     }
@@ -179,11 +132,7 @@ mod tests {
     #[test]
     fn missing_header() {
         let s = scheme(&[SECRET]);
-        let v = s.verify(&Input {
-            headers: &HeaderMap::new(),
-            body: BODY_1,
-            now: T,
-        });
+        let v = s.verify(&Input::post(&HeaderMap::new(), BODY_1, T));
         assert_eq!(v, Err(Reject::MissingHeader("Stripe-Signature")));
     }
 
@@ -251,7 +200,7 @@ mod tests {
     fn authentic_body_without_id_is_a_bad_request() {
         let s = scheme(&[SECRET]);
         for body in [&br#"{"object":"event"}"#[..], b"not json"] {
-            let (_, sig) = s.sign(body, "", T).remove(0);
+            let (_, sig) = s.sign_post(body, "", T).headers.remove(0);
             let err = verify_at(&s, sig.to_str().unwrap(), body, T).unwrap_err();
             assert!(!err.is_auth(), "{err:?}");
         }
@@ -262,15 +211,11 @@ mod tests {
         let s = scheme(&["whsec_round_trip"]);
         let body = br#"{"id":"evt_round","type":"charge.succeeded"}"#;
         let mut h = HeaderMap::new();
-        for (k, v) in s.sign(body, "ignored", 1_800_000_000) {
+        for (k, v) in s.sign_post(body, "ignored", 1_800_000_000).headers {
             h.insert(k, v);
         }
         let v = s
-            .verify(&Input {
-                headers: &h,
-                body,
-                now: 1_800_000_000,
-            })
+            .verify(&Input::post(&h, body, 1_800_000_000))
             .unwrap();
         assert_eq!(
             v,

@@ -1,94 +1,54 @@
 //! GitLab: `X-Gitlab-Token` carries the shared secret token itself; nothing is signed, so
-//! there is no timestamp and the body is not authenticated beyond TLS.
-//!
-//! The token must still be compared in constant time, and this module only sees prepared
-//! `hmac::Key`s, each keyed with one configured token (see `key_for` in the parent module).
-//! So the presented token is turned into a key too, and both keys MAC the fixed
-//! [`TOKEN_CHECK_MSG`]: equal tags mean equal tokens, because HMAC-SHA256 is a PRF, and
-//! `hmac::verify` compares the tags in constant time. (HMAC pads keys shorter than its block
-//! with zeros and hashes longer ones, so a token equals itself plus trailing NULs or its own
-//! SHA-256; neither can be sent in a header without already knowing the token.)
+//! there is no timestamp and the body is not authenticated beyond TLS. The token is compared
+//! in constant time (`keys::Tokens`) and never stored or forwarded.
 //!
 //! The event id is `Idempotency-Key` (the same across retries, GitLab ≥ 17.4), else
 //! `X-Gitlab-Event-UUID`. Sources: docs.gitlab.com `user/project/integrations/webhooks`.
 
-use hyper::http::{HeaderName, HeaderValue};
-use ring::hmac;
+use hyper::http::HeaderName;
 
-use super::standard_webhooks::value;
-use super::{Ctx, IdRule, Identity, Input, Reject, Verdict};
-use crate::secret::Secret;
-
-/// The header with the secret token. Also listed by `Kind::secret_headers`, so it is never
-/// stored or forwarded.
-pub const TOKEN_HEADER: &str = "X-Gitlab-Token";
-
-/// What the configured and the presented token both MAC. Any fixed text works; a versioned
-/// label keeps it from being mistaken for a secret.
-const TOKEN_CHECK_MSG: &[u8] = b"hookinbox gitlab token check v1";
+use crate::scheme::hmac::{Preset, TypeAt};
+use crate::scheme::token::{Carrier, Token, TokenCheck};
+use crate::scheme::{Horizon, IdRule, Setup, Verifier};
 
 /// Lowercase, as `HeaderName::from_static` requires.
+const TOKEN_HEADER: &str = "x-gitlab-token";
 const IDEMPOTENCY_HEADER: &str = "idempotency-key";
 const EVENT_UUID_HEADER: &str = "x-gitlab-event-uuid";
-const EVENT_HEADER: &str = "X-Gitlab-Event";
 
-pub fn verify(input: &Input, ctx: &Ctx) -> Result<Verdict, Reject> {
-    let presented = super::header(input.headers, TOKEN_HEADER)?;
-    // An empty key is all zeros to HMAC, like a token of NULs; GitLab never sends one.
-    if presented.is_empty() {
-        return Err(Reject::MalformedHeader(TOKEN_HEADER));
-    }
-    let tag = hmac::sign(
-        &hmac::Key::new(hmac::HMAC_SHA256, presented.as_bytes()),
-        TOKEN_CHECK_MSG,
-    );
-    if !ctx.any_key_matches(TOKEN_CHECK_MSG, tag.as_ref()) {
-        return Err(Reject::NoMatch);
-    }
-    // Older GitLab sends no Idempotency-Key; its Event UUID is then the best id there is.
-    let default_name = if input.headers.contains_key(IDEMPOTENCY_HEADER) {
-        IDEMPOTENCY_HEADER
-    } else {
-        EVENT_UUID_HEADER
+pub const PROVIDER: super::Provider = super::Provider {
+    name: "gitlab",
+    build,
+};
+
+fn build(setup: &mut Setup) -> Result<Box<dyn Verifier>, String> {
+    let carrier = Carrier::Header {
+        name: HeaderName::from_static(TOKEN_HEADER),
+        label: "X-Gitlab-Token",
+        prefix: String::new(),
     };
-    let default = IdRule::Header(HeaderName::from_static(default_name));
-    Ok(Verdict::Event(Identity {
-        event_id: ctx.event_id(input, &default)?,
-        provider_time: None,
-        event_type: super::optional_header(input.headers, EVENT_HEADER),
-    }))
-}
-
-/// The headers GitLab would send: the token itself, and `id` under `id_header` (the source's
-/// configured id header) or else `X-Gitlab-Event-UUID`.
-pub fn sign(
-    secret: &Secret,
-    id: &str,
-    id_header: Option<&HeaderName>,
-) -> Vec<(HeaderName, HeaderValue)> {
-    let mut token = HeaderValue::from_bytes(secret.expose())
-        .unwrap_or_else(|_| HeaderValue::from_static("invalid"));
-    // Keeps the token out of HTTP/2 header compression tables, should this value ever be sent.
-    token.set_sensitive(true);
-    let id_header = id_header
-        .cloned()
-        .unwrap_or(HeaderName::from_static(EVENT_UUID_HEADER));
-    vec![
-        (HeaderName::from_static("x-gitlab-token"), token),
-        (id_header, value(id)),
-    ]
+    let preset = Preset {
+        // Older GitLab sends no Idempotency-Key; its Event UUID is then the best id there is.
+        id: Some(IdRule::FirstOf(vec![
+            IdRule::header(IDEMPOTENCY_HEADER),
+            IdRule::header(EVENT_UUID_HEADER),
+        ])),
+        event_type: Some(TypeAt::Header("X-Gitlab-Event")),
+        redelivery: Horizon::days(1, "GitLab's retries and manual resends"),
+        ..Preset::default()
+    };
+    Ok(Box::new(Token::new(TokenCheck::new(setup, carrier)?, preset)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheme::{Kind, Scheme};
+    use crate::scheme::{Identity, Input, Reject, Scheme, Verdict, test_scheme};
     use hyper::http::HeaderMap;
-    use std::time::Duration;
 
     fn scheme(secrets: &[&str], id: Option<IdRule>) -> Scheme {
-        let secrets = secrets.iter().map(|s| Secret::new(*s)).collect();
-        Scheme::new(Kind::Gitlab, secrets, Duration::from_secs(300), id).unwrap()
+        let secrets: Vec<&str> = secrets.to_vec();
+        test_scheme("gitlab", &secrets, "", id)
     }
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
@@ -107,11 +67,7 @@ mod tests {
             ("X-Gitlab-Event-UUID", UUID),
             ("X-Gitlab-Event", "Push Hook"),
         ]);
-        s.verify(&Input {
-            headers: &h,
-            body: BODY,
-            now: NOW,
-        })
+        s.verify(&Input::post(&h, BODY, NOW))
     }
 
     fn event(id: &str, event_type: Option<&str>) -> Verdict {
@@ -158,11 +114,7 @@ mod tests {
     fn missing_and_malformed_token() {
         let s = scheme(&[TOKEN], None);
         let h = headers(&[("X-Gitlab-Event-UUID", UUID)]);
-        let v = s.verify(&Input {
-            headers: &h,
-            body: BODY,
-            now: NOW,
-        });
+        let v = s.verify(&Input::post(&h, BODY, NOW));
         assert_eq!(v, Err(Reject::MissingHeader("X-Gitlab-Token")));
         assert_eq!(
             verify(&s, ""),
@@ -173,11 +125,7 @@ mod tests {
             ("X-Gitlab-Token", TOKEN),
             ("X-Gitlab-Event-UUID", UUID),
         ]);
-        let v = s.verify(&Input {
-            headers: &twice,
-            body: BODY,
-            now: NOW,
-        });
+        let v = s.verify(&Input::post(&twice, BODY, NOW));
         assert_eq!(v, Err(Reject::MalformedHeader("X-Gitlab-Token")));
     }
 
@@ -190,11 +138,7 @@ mod tests {
             ("Idempotency-Key", KEY),
         ]);
         assert_eq!(
-            s.verify(&Input {
-                headers: &h,
-                body: BODY,
-                now: NOW
-            }),
+            s.verify(&Input::post(&h, BODY, NOW)),
             Ok(event(KEY, None))
         );
     }
@@ -210,11 +154,7 @@ mod tests {
             ("X-Gitlab-Webhook-UUID", "hook-1"),
         ]);
         assert_eq!(
-            s.verify(&Input {
-                headers: &h,
-                body: BODY,
-                now: NOW
-            }),
+            s.verify(&Input::post(&h, BODY, NOW)),
             Ok(event("hook-1", None))
         );
     }
@@ -223,27 +163,19 @@ mod tests {
     fn authentic_without_any_id_is_a_bad_request() {
         let s = scheme(&[TOKEN], None);
         let h = headers(&[("X-Gitlab-Token", TOKEN)]);
-        let v = s.verify(&Input {
-            headers: &h,
-            body: BODY,
-            now: NOW,
-        });
+        let v = s.verify(&Input::post(&h, BODY, NOW));
         assert_eq!(v, Err(Reject::NoEventId("id header missing")));
     }
 
     #[test]
     fn sign_then_verify_round_trip() {
         let s = scheme(&[TOKEN], None);
-        let signed = s.sign(BODY, "uuid-round", NOW);
+        let signed = s.sign_post(BODY, "uuid-round", NOW).headers;
         assert!(signed[0].1.is_sensitive());
         let h: HeaderMap = signed.into_iter().collect();
         assert_eq!(h.get("x-gitlab-token").unwrap(), TOKEN);
         assert_eq!(
-            s.verify(&Input {
-                headers: &h,
-                body: BODY,
-                now: NOW
-            }),
+            s.verify(&Input::post(&h, BODY, NOW)),
             Ok(event("uuid-round", None))
         );
     }
