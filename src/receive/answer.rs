@@ -17,9 +17,10 @@ pub const RETRY_AFTER_SECS: &str = "5";
 #[derive(Debug)]
 pub enum Outcome {
     /// Committed now. Answered exactly like a duplicate, as the provider cannot tell them
-    /// apart and should not need to.
-    Accepted,
-    Duplicate,
+    /// apart and should not need to; with the provider's own reply where its protocol
+    /// wants one (Discord's deferred interaction).
+    Accepted(Option<Reply>),
+    Duplicate(Option<Reply>),
     /// Same identity, different bytes; answered with the source's `on_conflict`.
     Conflict(StatusCode),
     /// A provider handshake, answered with its reply and not stored.
@@ -41,8 +42,8 @@ impl Outcome {
     /// The metric label. `None` for requests that reached no source.
     pub fn label(&self) -> &'static str {
         match self {
-            Outcome::Accepted => "accepted",
-            Outcome::Duplicate => "duplicate",
+            Outcome::Accepted(_) => "accepted",
+            Outcome::Duplicate(_) => "duplicate",
             Outcome::Conflict(_) => "conflict",
             Outcome::Handshake(_) => "handshake",
             Outcome::Rejected(r) if r.is_auth() => "rejected",
@@ -58,7 +59,8 @@ impl Outcome {
 
     pub fn status(&self) -> StatusCode {
         match self {
-            Outcome::Accepted | Outcome::Duplicate => StatusCode::OK,
+            Outcome::Accepted(Some(reply)) | Outcome::Duplicate(Some(reply)) => reply.status,
+            Outcome::Accepted(None) | Outcome::Duplicate(None) => StatusCode::OK,
             Outcome::Handshake(h) => h.reply.status,
             Outcome::Conflict(status) => *status,
             Outcome::Rejected(r) if r.is_auth() => StatusCode::UNAUTHORIZED,
@@ -80,13 +82,16 @@ impl Outcome {
             }
             _ => None,
         };
-        if let Outcome::Handshake(h) = self {
-            return handshake(h.reply);
+        match self {
+            Outcome::Handshake(Handshake { reply, .. })
+            | Outcome::Accepted(Some(reply))
+            | Outcome::Duplicate(Some(reply)) => return reply_response(reply),
+            _ => {}
         }
         // Refused before its body was read to the end: the connection cannot carry more.
         let body_unread = matches!(self, Outcome::Overloaded);
         let (content_type, body): (&str, Bytes) = match self {
-            Outcome::Accepted | Outcome::Duplicate => {
+            Outcome::Accepted(_) | Outcome::Duplicate(_) => {
                 ("text/plain; charset=utf-8", "accepted\n".into())
             }
             Outcome::Conflict(_) => ("text/plain; charset=utf-8", "conflict\n".into()),
@@ -124,8 +129,8 @@ impl Outcome {
     }
 }
 
-/// A handshake's reply, exactly as its provider's protocol asks for it.
-fn handshake(reply: Reply) -> Response<Full<Bytes>> {
+/// A scheme's reply, exactly as its provider's protocol asks for it.
+fn reply_response(reply: Reply) -> Response<Full<Bytes>> {
     let mut builder = Response::builder().status(reply.status);
     if let Some(content_type) = reply.content_type {
         builder = builder.header(CONTENT_TYPE, content_type);

@@ -239,6 +239,8 @@ impl Receiver {
             }
         };
 
+        // Decided now, while the body is at hand; sent only once the event is committed.
+        let reply = source.config.scheme.verifier().stored_reply(&input);
         let event_id = identity.event_id;
         let provider_time = identity.provider_time;
         let event = NewEvent {
@@ -279,9 +281,9 @@ impl Receiver {
                     let lag = clock::unix_now().saturating_sub(signed).max(0);
                     self.metrics.receipt_lag_seconds.observe(lag as f64);
                 }
-                Outcome::Accepted
+                Outcome::Accepted(reply)
             }
-            Ok(Stored::Duplicate) => Outcome::Duplicate,
+            Ok(Stored::Duplicate) => Outcome::Duplicate(reply),
             Ok(Stored::Conflict) => Outcome::Conflict(source.config.on_conflict),
             Err(e) => Outcome::Unavailable(e),
         };
@@ -328,7 +330,7 @@ impl listener::Handler for Receiver {
             // Stored and duplicate events are in the inbox already; at info they would cost
             // a syscall per request and, past journald's default rate limit (10,000 lines
             // per 30 s), push the lines that matter out of the journal.
-            Outcome::Accepted | Outcome::Duplicate => tracing::debug!(
+            Outcome::Accepted(_) | Outcome::Duplicate(_) => tracing::debug!(
                 source = %source.name, event_id, %client, outcome = outcome.label(), status = status.as_u16(),
                 duration_ms, "request"),
             _ => tracing::info!(

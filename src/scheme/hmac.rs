@@ -461,6 +461,11 @@ pub struct Preset {
     /// The default id is covered by the signature.
     pub signs_id: bool,
     pub event_type: Option<TypeAt>,
+    /// A timestamp inside the signed body (Linear's `webhookTimestamp`), checked against
+    /// the tolerance like a signed header.
+    pub body_timestamp: Option<(&'static str, TimestampFormat)>,
+    /// The replay window the provider documents, when it is not the 5-minute default.
+    pub tolerance: Option<std::time::Duration>,
     pub redelivery: Option<Horizon>,
     pub caveats: &'static [&'static str],
 }
@@ -489,6 +494,47 @@ pub trait Hooks: Send + Sync + std::fmt::Debug + 'static {
 
     fn demo_body(&self, id: &str) -> Vec<u8> {
         super::demo_body(id)
+    }
+}
+
+/// Builds a preset: `spec` under the provider's own header names (for rejections), with
+/// `public_url` where its template signs `{url}`.
+pub fn preset<H: Hooks>(
+    setup: &Setup,
+    spec: Spec,
+    labels: [&'static str; 2],
+    public_url: Option<String>,
+    preset: Preset,
+    hooks: H,
+) -> Result<Box<dyn Verifier>, String> {
+    let public_url = public_url
+        .map(|u| super::setup::public_url(setup.at(), &u))
+        .transpose()?;
+    let engine =
+        Engine::new(setup, &spec, public_url, setup.scheme())?.labelled(labels[0], labels[1]);
+    Ok(Hmac::boxed(engine, preset, hooks))
+}
+
+/// The settings of a preset that signs its URL: only `public_url`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UrlSettings {
+    pub public_url: Option<String>,
+}
+
+impl UrlSettings {
+    /// `public_url`, required: the preset signs its URL.
+    pub fn required(setup: &mut Setup) -> Result<String, String> {
+        let s: UrlSettings = setup.settings()?;
+        s.public_url.ok_or_else(|| {
+            format!(
+                "{}: scheme {:?} signs the URL it calls, so set public_url to it exactly as \
+                 configured at the provider (like \"https://hooks.example.com/hooks/{}\")",
+                setup.at(),
+                setup.scheme(),
+                setup.scheme()
+            )
+        })
     }
 }
 
@@ -522,7 +568,19 @@ impl<H: Hooks> Verifier for Hmac<H> {
         if let Some(v) = self.hooks.unsigned(input, &self.engine) {
             return v;
         }
-        let provider_time = self.engine.check(input, ctx)?;
+        let mut provider_time = self.engine.check(input, ctx)?;
+        if let Some((pointer, format)) = self.preset.body_timestamp {
+            let text = super::json::field(input.body, pointer)
+                .ok()
+                .flatten()
+                .and_then(|f| f.text_or_integer())
+                .ok_or(Reject::BadBody("no timestamp where the provider signs one"))?;
+            let ts = format
+                .parse(&text)
+                .map_err(|_| Reject::BadBody("the signed timestamp is not a time"))?;
+            ctx.check_time(ts, input.now)?;
+            provider_time = Some(ts);
+        }
         if let Some(v) = self.hooks.signed(input, &self.engine) {
             return v;
         }
@@ -555,11 +613,15 @@ impl<H: Hooks> Verifier for Hmac<H> {
     }
 
     fn signs_timestamp(&self) -> bool {
-        self.engine.signs_timestamp()
+        self.engine.signs_timestamp() || self.preset.body_timestamp.is_some()
     }
 
     fn signs_id(&self) -> bool {
         self.preset.signs_id
+    }
+
+    fn default_tolerance(&self) -> std::time::Duration {
+        self.preset.tolerance.unwrap_or(super::DEFAULT_TOLERANCE)
     }
 
     fn default_id(&self) -> Option<IdRule> {

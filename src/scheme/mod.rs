@@ -162,11 +162,12 @@ impl Reply {
         }
     }
 
-    /// 200 with the text exactly as given (a challenge echoed back).
+    /// 200 `text/plain` with the text exactly as given (a challenge echoed back), as
+    /// Twitch, Dropbox and Microsoft Graph ask for it.
     pub fn text(body: impl Into<Vec<u8>>) -> Reply {
         Reply {
             status: StatusCode::OK,
-            content_type: Some("text/plain; charset=utf-8"),
+            content_type: Some("text/plain"),
             headers: Vec::new(),
             body: body.into(),
         }
@@ -370,6 +371,17 @@ pub trait Verifier: Send + Sync + fmt::Debug {
         &[]
     }
 
+    /// What to answer once the event is committed, where the provider's protocol wants more
+    /// than a 200 (Discord's deferred interaction); `None`: the plain `accepted`.
+    fn stored_reply(&self, _input: &Input) -> Option<Reply> {
+        None
+    }
+
+    /// The replay window when the source sets no `tolerance`.
+    fn default_tolerance(&self) -> Duration {
+        DEFAULT_TOLERANCE
+    }
+
     /// How long the provider may redeliver an event, for `check`.
     fn redelivery(&self) -> Option<Horizon> {
         None
@@ -443,8 +455,8 @@ impl Scheme {
         }
         Ok(Scheme {
             name: provider.name,
+            tolerance: tolerance.unwrap_or(verifier.default_tolerance()),
             verifier,
-            tolerance: tolerance.unwrap_or(DEFAULT_TOLERANCE),
             id,
         })
     }

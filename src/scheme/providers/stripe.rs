@@ -34,7 +34,7 @@ fn build(setup: &mut Setup) -> Result<Box<dyn Verifier>, String> {
         signs_id: true,
         event_type: Some(TypeAt::Pointer("/type")),
         redelivery: Horizon::days(3, "Stripe's 3 days of retries"),
-        caveats: &[],
+        ..Preset::default()
     };
     Ok(Hmac::boxed(engine, preset, NoHooks))
 }
