@@ -84,6 +84,9 @@ pub enum Command {
     Conflicts(commands::conflicts::Args),
     /// List dead deliveries (a target gave up), newest first: the candidates for replay
     Dead(commands::dead::Args),
+    /// Make a test key pair for a scheme verified with public keys (Discord, SendGrid,
+    /// Standard Webhooks v1a), to try a source with `sign --signing-key`
+    Keypair(commands::keypair::Args),
     /// Write the man page and shell completions (for packaging)
     #[command(hide = true)]
     Generate {
@@ -120,6 +123,7 @@ pub fn run(cli: Cli) -> Exit {
         Command::Generate { out_dir } => {
             commands::generate::run(out_dir, &mut std::io::stdout().lock())
         }
+        Command::Keypair(args) => commands::keypair::run(args, &mut std::io::stdout().lock()),
         // Reload must work while the file is broken: that is when it must say "refused".
         Command::Reload(args) => commands::reload::run(
             &path,
@@ -261,6 +265,7 @@ fn offline_command(
         | Command::Check
         | Command::Sign(_)
         | Command::Generate { .. }
+        | Command::Keypair(_)
         | Command::Reload(_) => {
             unreachable!("dispatched by run")
         }

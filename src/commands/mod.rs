@@ -7,6 +7,7 @@ pub mod conflicts;
 pub mod dead;
 pub mod events;
 pub mod generate;
+pub mod keypair;
 pub mod prune;
 pub mod reload;
 pub mod replay;

@@ -80,7 +80,7 @@ pub fn run(config: &Config, args: &Args, out: &mut impl Write) -> anyhow::Result
         format!("test_{nanos}")
     });
     let body = match args.body.as_deref() {
-        None => verifier.demo_body(&id),
+        None => src.scheme.demo_body(&id, clock::unix_now()),
         Some(p) if p == Path::new("-") => {
             let mut b = Vec::new();
             std::io::stdin()

@@ -468,6 +468,9 @@ pub struct Preset {
     pub tolerance: Option<std::time::Duration>,
     pub redelivery: Option<Horizon>,
     pub caveats: &'static [&'static str],
+    /// The body `hookinbox sign` sends by default, where the generic demo lacks what the
+    /// provider's id rule reads.
+    pub demo_body: Option<fn(&str, i64) -> Vec<u8>>,
 }
 
 /// A provider's handshakes around the engine's check.
@@ -492,7 +495,7 @@ pub trait Hooks: Send + Sync + std::fmt::Debug + 'static {
         None
     }
 
-    fn demo_body(&self, id: &str) -> Vec<u8> {
+    fn demo_body(&self, id: &str, _now: i64) -> Vec<u8> {
         super::demo_body(id)
     }
 }
@@ -604,8 +607,11 @@ impl<H: Hooks> Verifier for Hmac<H> {
         self.hooks.sign_handshake(&self.engine, draft)
     }
 
-    fn demo_body(&self, id: &str) -> Vec<u8> {
-        self.hooks.demo_body(id)
+    fn demo_body(&self, id: &str, now: i64) -> Vec<u8> {
+        match self.preset.demo_body {
+            Some(demo) => demo(id, now),
+            None => self.hooks.demo_body(id, now),
+        }
     }
 
     fn methods(&self) -> &'static [Method] {

@@ -337,8 +337,9 @@ pub trait Verifier: Send + Sync + fmt::Debug {
         None
     }
 
-    /// The body `hookinbox sign` sends when none is given.
-    fn demo_body(&self, id: &str) -> Vec<u8> {
+    /// The body `hookinbox sign` sends when none is given, in the provider's shape, sent
+    /// at `now`.
+    fn demo_body(&self, id: &str, _now: i64) -> Vec<u8> {
         demo_body(id)
     }
 
@@ -498,6 +499,30 @@ impl Scheme {
             sample.headers.push((name.clone(), value(draft.id)));
         }
         sample
+    }
+
+    /// The provider's demo body, with `id` also where the source's `id_pointer` reads it
+    /// (a generic source's id lives wherever its provider puts it).
+    pub fn demo_body(&self, id: &str, now: i64) -> Vec<u8> {
+        let body = self.verifier.demo_body(id, now);
+        let Some(IdRule::Pointer(pointer)) = &self.id else {
+            return body;
+        };
+        let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(&body) else {
+            return body;
+        };
+        let mut at = &mut value;
+        for token in pointer.split('/').skip(1) {
+            let token = token.replace("~1", "/").replace("~0", "~");
+            let Some(object) = at.as_object_mut() else {
+                return body;
+            };
+            at = object
+                .entry(token)
+                .or_insert_with(|| serde_json::Value::Object(Default::default()));
+        }
+        *at = serde_json::Value::String(id.to_owned());
+        value.to_string().into_bytes()
     }
 
     /// A POST of `body` signed at `now`, for tests.

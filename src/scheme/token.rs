@@ -178,6 +178,13 @@ impl Verifier for Token {
         self.sign_handshake.map(|f| f(self, draft))
     }
 
+    fn demo_body(&self, id: &str, now: i64) -> Vec<u8> {
+        match self.preset.demo_body {
+            Some(demo) => demo(id, now),
+            None => super::demo_body(id),
+        }
+    }
+
     fn methods(&self) -> &'static [Method] {
         self.methods
     }

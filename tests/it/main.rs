@@ -36,6 +36,8 @@
 //! - `cli`: the binary's `check` and its error messages.
 //! - `inspect`: `events`, `show`, `conflicts` and `dead` on a real inbox: filters, pages,
 //!   exact bodies, exit codes, and provider strings escaped before a terminal.
+//! - `providers`: every source of docs/providers.md, loaded from the document, over HTTP:
+//!   fresh, replayed, each failure, each handshake's exact answer; published vectors.
 //! - `scheme_props`: property tests: no header value makes a scheme panic or accept.
 //! - `fuzz_corpora`: every committed fuzz corpus file replayed through the fuzz harness
 //!   (signature parsers in process, raw HTTP bytes through the real service).
@@ -59,6 +61,7 @@ mod operate;
 mod oracle;
 mod power_loss;
 mod proc;
+mod providers;
 mod resources;
 mod scheme_props;
 mod schemes;

@@ -354,6 +354,11 @@ pub fn scheme_of(sources: &str, source: &str, secrets: &[&str]) -> Scheme {
                 .get("id_pointer")
                 .and_then(|p| p.as_str())
                 .map(hookinbox::scheme::IdRule::pointer)
+        })
+        .or_else(|| match table.get("id").and_then(|i| i.as_str()) {
+            Some("sha256") => Some(hookinbox::scheme::IdRule::BodySha256),
+            Some(p) => Some(hookinbox::scheme::IdRule::pointer(p)),
+            None => None,
         });
     let secrets = secrets
         .iter()

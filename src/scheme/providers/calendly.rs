@@ -33,6 +33,12 @@ fn build(setup: &mut Setup) -> Result<Box<dyn Verifier>, String> {
         signs_id: true,
         event_type: Some(TypeAt::Pointer("/event")),
         tolerance: Some(Duration::from_secs(180)),
+        demo_body: Some(|id, _| {
+            serde_json::json!({ "event": "invitee.created", "created_at": "2024-05-01T10:00:00.000000Z",
+                                "payload": { "uri": format!("https://api.calendly.com/scheduled_events/E/invitees/{id}") } })
+            .to_string()
+            .into_bytes()
+        }),
         ..Preset::default()
     };
     hmac::preset(

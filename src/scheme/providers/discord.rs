@@ -154,7 +154,7 @@ impl Verifier for Discord {
         }))
     }
 
-    fn demo_body(&self, id: &str) -> Vec<u8> {
+    fn demo_body(&self, id: &str, _now: i64) -> Vec<u8> {
         serde_json::json!({ "type": 2, "id": id, "application_id": "0", "token": "test",
                             "data": { "name": "hookinbox-test" } })
         .to_string()

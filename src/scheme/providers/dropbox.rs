@@ -69,7 +69,7 @@ impl Hooks for Challenge {
         })
     }
 
-    fn demo_body(&self, id: &str) -> Vec<u8> {
+    fn demo_body(&self, id: &str, _now: i64) -> Vec<u8> {
         format!(r#"{{"list_folder":{{"accounts":["{id}"]}},"delta":{{"users":[12345]}}}}"#).into_bytes()
     }
 }

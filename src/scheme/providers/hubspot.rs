@@ -47,6 +47,12 @@ fn build(setup: &mut Setup) -> Result<Box<dyn Verifier>, String> {
              quarantined as a conflict (see `hookinbox conflicts`) and the first delivery \
              stays the one forwarded; set on_conflict = 200 so HubSpot stops retrying",
         ],
+        demo_body: Some(|id, now| {
+            serde_json::json!([{ "eventId": id, "subscriptionType": "contact.creation",
+                                 "objectId": 1, "occurredAt": now * 1000, "attemptNumber": 0 }])
+            .to_string()
+            .into_bytes()
+        }),
         ..Preset::default()
     };
     hmac::preset(

@@ -43,8 +43,8 @@ fn build(setup: &mut Setup) -> Result<Box<dyn Verifier>, String> {
 struct LinearBody;
 
 impl hmac::Hooks for LinearBody {
-    fn demo_body(&self, id: &str) -> Vec<u8> {
-        let ms = crate::clock::unix_now() * 1000;
+    fn demo_body(&self, id: &str, now: i64) -> Vec<u8> {
+        let ms = now * 1000;
         format!(r#"{{"action":"create","type":"Issue","data":{{"id":"{id}"}},"webhookTimestamp":{ms}}}"#)
             .into_bytes()
     }

@@ -127,7 +127,7 @@ impl Verifier for Mailgun {
         )
     }
 
-    fn demo_body(&self, id: &str) -> Vec<u8> {
+    fn demo_body(&self, id: &str, _now: i64) -> Vec<u8> {
         serde_json::json!({ "event-data": { "id": id, "event": "delivered",
                                             "recipient": "alice@example.com" } })
         .to_string()

@@ -105,7 +105,7 @@ impl Hooks for Subscribe {
         })
     }
 
-    fn demo_body(&self, id: &str) -> Vec<u8> {
+    fn demo_body(&self, id: &str, _now: i64) -> Vec<u8> {
         serde_json::json!({
             "object": "page",
             "entry": [{ "id": "0", "time": 0, "changes": [{ "field": "feed", "value": { "id": id } }] }],

@@ -64,7 +64,7 @@ impl Verifier for Graph {
         Sample::post(Vec::new(), draft.body)
     }
 
-    fn demo_body(&self, id: &str) -> Vec<u8> {
+    fn demo_body(&self, id: &str, _now: i64) -> Vec<u8> {
         let state = String::from_utf8_lossy(self.client_states.first()).into_owned();
         serde_json::json!({ "value": [{
             "subscriptionId": id, "changeType": "created", "clientState": state,

@@ -45,6 +45,12 @@ fn build(setup: &mut Setup) -> Result<Box<dyn Verifier>, String> {
             "Okta signs nothing: the authorization header is the only proof, and a captured \
              request can be replayed (a replay with its eventId is a duplicate)",
         ],
+        demo_body: Some(|id, _| {
+            serde_json::json!({ "eventType": "com.okta.event_hook", "eventId": id,
+                                "data": { "events": [] } })
+            .to_string()
+            .into_bytes()
+        }),
         ..Preset::default()
     };
     let mut token = Token::new(TokenCheck::new(setup, carrier)?, preset);

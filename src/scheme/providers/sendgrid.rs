@@ -33,6 +33,11 @@ pub const PROVIDER: super::Provider = super::Provider {
     build,
 };
 
+/// The SPKI DER of an uncompressed P-256 point, as SendGrid shows its key (base64).
+pub fn spki(point: &[u8]) -> Vec<u8> {
+    [&P256_SPKI_PREFIX[..], point].concat()
+}
+
 /// The uncompressed point of a base64 SPKI P-256 key.
 pub fn parse_public_key(secret: &Secret) -> Result<Vec<u8>, String> {
     let der = STANDARD.decode(secret.expose().trim_ascii()).map_err(|_| {
@@ -111,7 +116,7 @@ impl Verifier for SendGrid {
         )
     }
 
-    fn demo_body(&self, id: &str) -> Vec<u8> {
+    fn demo_body(&self, id: &str, _now: i64) -> Vec<u8> {
         serde_json::json!([{ "email": "example@test.com", "event": "delivered",
                              "sg_event_id": id, "sg_message_id": "m1", "timestamp": 0 }])
         .to_string()

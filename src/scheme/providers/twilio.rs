@@ -164,7 +164,7 @@ impl Verifier for Twilio {
         }
     }
 
-    fn demo_body(&self, id: &str) -> Vec<u8> {
+    fn demo_body(&self, id: &str, _now: i64) -> Vec<u8> {
         form_urlencoded::Serializer::new(String::new())
             .append_pair("MessageSid", id)
             .append_pair("MessageStatus", "delivered")

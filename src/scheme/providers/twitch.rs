@@ -91,7 +91,7 @@ impl Hooks for Challenge {
         Some(engine.sign(&draft, hyper::http::Method::POST, None, headers))
     }
 
-    fn demo_body(&self, id: &str) -> Vec<u8> {
+    fn demo_body(&self, id: &str, _now: i64) -> Vec<u8> {
         serde_json::json!({
             "subscription": { "id": "sub-test", "type": "channel.follow", "version": "2",
                               "status": "enabled" },
