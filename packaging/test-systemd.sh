@@ -313,7 +313,7 @@ else
     deb=$(ls -t target/debian/hookinbox_*.deb 2>/dev/null | head -n 1 || true)
     inputs=()
     for p in src systemd packaging/debian packaging/hookinbox.sysusers packaging/hookinbox.tmpfiles \
-        packaging/hookinbox.toml packaging/build-deb.sh Cargo.toml Cargo.lock build.rs README.md \
+        packaging/hookinbox.toml packaging/build-deb.sh Cargo.toml Cargo.lock build.rs README.md docs/providers.md \
         examples/on-event.sh; do
         [ -e "$p" ] && inputs+=("$p")
     done

@@ -455,6 +455,52 @@ url = "http://127.0.0.1:3000/hooks"
     }
 
     #[test]
+    fn check_names_the_holes_a_protocol_leaves() {
+        let holes = |scheme: &str, extra: &str| {
+            let text = MINIMAL.replace("standard-webhooks", scheme).replace(
+                "[[sources.targets]]",
+                &format!("{extra}\n[[sources.targets]]"),
+            );
+            let c = load(&text).unwrap();
+            c.warnings()
+                .into_iter()
+                .filter(|w| !w.contains("written in the config file"))
+                .collect::<Vec<_>>()
+        };
+        let github = holes("github", "");
+        assert!(
+            github.iter().any(|w| w.contains("signs no timestamp")),
+            "{github:?}"
+        );
+        assert_eq!(holes("standard-webhooks", ""), Vec::<String>::new());
+        // A signed timestamp bounds the replay: Zendesk's unsigned id header is no hole.
+        assert_eq!(holes("zendesk", ""), Vec::<String>::new());
+        // A signed body id is none either (and swapping it for a header is refused).
+        assert_eq!(holes("intercom", ""), Vec::<String>::new());
+        let generic = holes(
+            "hmac",
+            "id_header = \"X-Request-Id\"\nhmac = { header = \"S\" }",
+        );
+        assert!(
+            generic.iter().any(|w| w.contains("x-request-id")),
+            "{generic:?}"
+        );
+        let timed = holes(
+            "hmac",
+            "id_header = \"X-Request-Id\"\nhmac = { header = \"S\", timestamp_header = \"T\", \
+             signed = \"{timestamp}.{body}\" }",
+        );
+        assert_eq!(timed, Vec::<String>::new());
+        let mailgun = holes("mailgun", "");
+        assert!(
+            mailgun
+                .iter()
+                .any(|w| w.contains("does not sign the event data")),
+            "{mailgun:?}"
+        );
+    }
+
+    #[test]
     fn minimal_config_gets_defaults() {
         let c = load(MINIMAL).unwrap();
         assert_eq!(c.server.max_body, DEFAULT_MAX_BODY);

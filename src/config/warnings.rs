@@ -6,6 +6,37 @@ use std::path::Path;
 use super::*;
 use crate::scheme;
 
+/// The hole a protocol leaves when it signs no timestamp and the event id comes from a
+/// header the signature does not cover: a captured request, replayed with a new id, is a
+/// new event. (With a signed timestamp, the window bounds such a replay.)
+fn replay_hole(scheme: &scheme::Scheme) -> Option<String> {
+    let verifier = scheme.verifier();
+    if verifier.signs_timestamp() {
+        return None;
+    }
+    let rule = scheme.id_rule()?;
+    let header = match &rule {
+        scheme::IdRule::Header(h) => h,
+        scheme::IdRule::FirstOf(rules) => match rules.first() {
+            Some(scheme::IdRule::Header(h)) => h,
+            _ => return None,
+        },
+        _ => return None,
+    };
+    // The provider's own id header counts as signed only where the scheme says so.
+    let overridden = scheme.id_rule() != verifier.default_id();
+    if verifier.signs_id() && !overridden {
+        return None;
+    }
+    Some(format!(
+        "scheme {:?} signs no timestamp and the event id comes from header {header}, which \
+         the signature does not cover: a captured request replayed with a new id would be \
+         stored and forwarded as a new event (the provider's protocol; keep the endpoint's \
+         traffic on TLS)",
+        scheme.name()
+    ))
+}
+
 /// Whether others than the owner and group may read `path`.
 fn world_readable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
@@ -49,6 +80,9 @@ impl Config {
                     s.name,
                     humantime::format_duration(s.keep_identity)
                 ));
+            }
+            if let Some(hole) = replay_hole(&s.scheme) {
+                out.push(format!("source {:?}: {hole}", s.name));
             }
             for caveat in s.scheme.verifier().caveats() {
                 out.push(format!("source {:?}: {caveat}", s.name));

@@ -185,14 +185,6 @@ impl Verifier for Twilio {
     fn redelivery(&self) -> Option<Horizon> {
         Horizon::days(1, "Twilio's retries and the fallback URL")
     }
-
-    fn caveats(&self) -> Vec<String> {
-        vec![
-            "Twilio signs no timestamp and its I-Twilio-Idempotency-Token is not signed: a \
-             captured request replayed with a new token would be stored as a new event"
-                .into(),
-        ]
-    }
 }
 
 fn default_id() -> IdRule {
