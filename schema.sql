@@ -238,3 +238,20 @@ SELECT e.id, e.received_at, e.source, e.account, e.event_id, e.event_type, e.siz
 CREATE VIEW event_payloads AS
 SELECT e.id, e.source, e.account, e.event_id, e.received_at, p.body, p.headers
   FROM events e JOIN payloads p ON p.event = e.id;
+
+-- migrate: 3
+
+-- Secrets a provider hands over in a handshake instead of the operator configuring them
+-- (Asana's X-Hook-Secret), one per source. Trusted only within a window the operator opens
+-- (`hookinbox arm`), and used once: the row in `armed` is deleted when a secret is learnt.
+CREATE TABLE learnt_secrets (
+    source      TEXT PRIMARY KEY,
+    secret      BLOB NOT NULL,
+    learnt_at   TEXT NOT NULL,
+    remote_addr TEXT                          -- who sent the handshake
+);
+CREATE TABLE armed (
+    source   TEXT PRIMARY KEY,
+    armed_at TEXT NOT NULL,
+    until    TEXT NOT NULL                    -- handshakes after this are refused
+);

@@ -84,6 +84,9 @@ pub enum Command {
     Conflicts(commands::conflicts::Args),
     /// List dead deliveries (a target gave up), newest first: the candidates for replay
     Dead(commands::dead::Args),
+    /// Open a source's window for a handshake that hands over its secret (Asana): the first
+    /// one within it is trusted and stored, any other refused
+    Arm(commands::arm::Args),
     /// Make a test key pair for a scheme verified with public keys (Discord, SendGrid,
     /// Standard Webhooks v1a), to try a source with `sign --signing-key`
     Keypair(commands::keypair::Args),
@@ -233,6 +236,7 @@ fn offline_command(
     let out = &mut std::io::stdout().lock();
     match command {
         Command::Replay(args) => commands::replay::run(db, offline, args, out),
+        Command::Arm(args) => commands::arm::run(db, offline, args, out),
         Command::Prune(args) => {
             let Some(offline) = offline else {
                 anyhow::bail!("prune needs the config's retention windows: pass --config");

@@ -1,6 +1,7 @@
 //! One module per subcommand. Each takes validated inputs and returns what `main` turns into
 //! an exit code.
 
+pub mod arm;
 pub mod backup;
 pub mod check;
 pub mod conflicts;

@@ -310,12 +310,17 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         retention_stopped,
     ));
     let budget = Arc::new(BodyBudget::new(config.server.body_budget));
+    let learnt = writer
+        .job(|conn, _| store::learnt::all(conn))
+        .await
+        .context("reading the secrets sources learnt from handshakes")?;
     let receiver = Arc::new(Receiver::new(
         &sources,
         &config.server,
         writer.clone(),
         metrics.clone(),
         budget.clone(),
+        learnt,
     ));
     let admin_handler = Arc::new(Admin {
         metrics: metrics.clone(),

@@ -71,6 +71,8 @@ pub fn run(config: &Config, args: &Args, out: &mut impl Write) -> anyhow::Result
              how to make a test key pair)",
             src.scheme.name()
         ),
+        // A secret learnt from a handshake is in the inbox, not the config.
+        None if verifier.learns_secret() => learnt_secret(&config.store.path, source)?,
         None => None,
     };
     let id = args.id.clone().unwrap_or_else(|| {
@@ -154,6 +156,20 @@ pub fn run(config: &Config, args: &Args, out: &mut impl Write) -> anyhow::Result
         }
     }
     Ok(())
+}
+
+/// The secret `source` learnt from its handshake, if the inbox holds one.
+fn learnt_secret(db: &Path, source: &str) -> anyhow::Result<Option<crate::secret::Secret>> {
+    if !db.exists() {
+        return Ok(None);
+    }
+    let conn = crate::store::read::open_current(db)
+        .with_context(|| format!("opening the inbox {}", db.display()))?;
+    let secret = crate::store::learnt::all(&conn)?
+        .into_iter()
+        .find(|(s, _)| s == source)
+        .map(|(_, secret)| crate::secret::Secret::new(secret));
+    Ok(secret)
 }
 
 /// The address to reach a listener at: a wildcard bind is reached on loopback.

@@ -265,6 +265,8 @@ pub struct Offline {
 #[derive(Debug, Clone)]
 pub struct OfflineSource {
     pub name: String,
+    /// Its scheme's name, as written.
+    pub scheme: String,
     pub keep_payload: Duration,
     pub keep_identity: Duration,
     /// Its targets' names.
@@ -297,6 +299,7 @@ pub fn load_offline(path: &Path) -> anyhow::Result<Offline> {
             .into_iter()
             .map(|s| OfflineSource {
                 name: s.name,
+                scheme: s.scheme.unwrap_or_default(),
                 keep_payload: s.keep_payload,
                 keep_identity: s.keep_identity,
                 targets: s.targets.into_iter().map(|t| t.name).collect(),

@@ -29,7 +29,8 @@ use hyper::{Request, Response};
 use crate::config::{self, Order, Source};
 use crate::metrics::Metrics;
 use crate::proxy::{self, Cidr};
-use crate::scheme::{Input, Verdict};
+use crate::scheme::{Input, Learnt, Reject, Verdict};
+use crate::secret::Secret;
 use crate::store::ingest::{NewEvent, Stored};
 use crate::store::writer::Writer;
 use crate::{clock, store};
@@ -126,6 +127,9 @@ impl BodyBudget {
 /// The public request handler.
 pub struct Receiver {
     live: RwLock<Arc<Live>>,
+    /// Secrets sources learnt from a handshake (Asana), by source name: loaded from the
+    /// inbox at start-up, added to when a handshake is stored. Kept across reloads.
+    learnt: RwLock<HashMap<String, Secret>>,
     writer: Writer,
     metrics: Arc<Metrics>,
     max_body: u64,
@@ -140,9 +144,16 @@ impl Receiver {
         writer: Writer,
         metrics: Arc<Metrics>,
         budget: Arc<BodyBudget>,
+        learnt: Vec<(String, Vec<u8>)>,
     ) -> Receiver {
         Receiver {
             live: RwLock::new(Arc::new(Live::new(sources, server.trusted_proxies.clone()))),
+            learnt: RwLock::new(
+                learnt
+                    .into_iter()
+                    .map(|(source, secret)| (source, Secret::new(secret)))
+                    .collect(),
+            ),
             writer,
             metrics,
             max_body: server.max_body,
@@ -191,6 +202,42 @@ impl Receiver {
         Ok((bytes.freeze(), room))
     }
 
+    /// Stores a secret a handshake handed over, if the source's window is open; only then
+    /// may the handshake be answered.
+    async fn learn(
+        &self,
+        source: &SourceState,
+        secret: &Secret,
+        client: IpAddr,
+    ) -> Result<(), Outcome> {
+        let (name, bytes, remote) = (
+            source.name.to_string(),
+            secret.expose().to_vec(),
+            client.to_string(),
+        );
+        let stored = self
+            .writer
+            .job(move |conn, now| store::learnt::learn(conn, &name, &bytes, &remote, now))
+            .await;
+        match stored {
+            Ok(true) => {
+                tracing::warn!(source = %source.name, %client,
+                    "learnt the source's secret from its handshake; the window is closed");
+                self.learnt
+                    .write()
+                    .expect("no panics while holding the lock")
+                    .insert(source.name.to_string(), secret.clone());
+                Ok(())
+            }
+            Ok(false) => {
+                self.metrics
+                    .signature_failure(&source.name, Reject::NotArmed.reason());
+                Err(Outcome::Rejected(Reject::NotArmed))
+            }
+            Err(e) => Err(Outcome::Unavailable(e)),
+        }
+    }
+
     async fn receive(
         &self,
         source: &SourceState,
@@ -224,9 +271,24 @@ impl Receiver {
             body: &body,
             now: clock::unix_now(),
         };
-        let identity = match source.config.scheme.verify(&input) {
+        let scheme = &source.config.scheme;
+        let learnt = if scheme.verifier().learns_secret() {
+            self.learnt
+                .read()
+                .expect("no panics while holding the lock")
+                .get(&*source.name)
+                .cloned()
+        } else {
+            None
+        };
+        let identity = match scheme.verify_with(&input, learnt.as_ref()) {
             Ok(Verdict::Event(identity)) => identity,
             Ok(Verdict::Handshake(handshake)) => {
+                if let Some(Learnt(secret)) = &handshake.learn
+                    && let Err(outcome) = self.learn(source, secret, client).await
+                {
+                    return (outcome, None);
+                }
                 self.metrics.handshake(&source.name, handshake.kind);
                 return (Outcome::Handshake(handshake), None);
             }

@@ -96,6 +96,9 @@ pub enum Reject {
     /// A handshake whose token does not match the configured one (Meta's `hub.verify_token`).
     #[error("handshake token does not match")]
     BadToken,
+    /// A handshake that would teach the source its secret, with no window open.
+    #[error("a handshake offered a secret but no window is open (run hookinbox arm)")]
+    NotArmed,
     #[error("no event id: {0}")]
     NoEventId(&'static str),
     #[error("body is not what the scheme requires: {0}")]
@@ -112,6 +115,7 @@ impl Reject {
             Reject::TooOld => "timestamp_too_old",
             Reject::TooNew => "timestamp_too_new",
             Reject::BadToken => "bad_token",
+            Reject::NotArmed => "not_armed",
             Reject::NoEventId(_) => "no_event_id",
             Reject::BadBody(_) => "bad_body",
         }
@@ -139,7 +143,22 @@ pub struct Handshake {
     /// A short label for the metrics and the log: `url_verification`, `challenge`, `ping`.
     pub kind: &'static str,
     pub reply: Reply,
+    /// A secret the handshake hands over (Asana's `X-Hook-Secret`): the reply may be sent
+    /// only once it is stored, and only if the source's window is open (`hookinbox arm`).
+    pub learn: Option<Learnt>,
 }
+
+/// A secret learnt from a handshake. Compared in constant time, never printed.
+#[derive(Debug, Clone)]
+pub struct Learnt(pub crate::secret::Secret);
+
+impl PartialEq for Learnt {
+    fn eq(&self, other: &Learnt) -> bool {
+        keys::same_token(&self.0, other.0.expose())
+    }
+}
+
+impl Eq for Learnt {}
 
 /// The full answer to a handshake.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -191,7 +210,11 @@ impl Reply {
 
 impl Handshake {
     pub fn verdict(kind: &'static str, reply: Reply) -> Result<Verdict, Reject> {
-        Ok(Verdict::Handshake(Handshake { kind, reply }))
+        Ok(Verdict::Handshake(Handshake {
+            kind,
+            reply,
+            learn: None,
+        }))
     }
 }
 
@@ -343,6 +366,12 @@ pub trait Verifier: Send + Sync + fmt::Debug {
         demo_body(id)
     }
 
+    /// Whether the source's secret is learnt from a handshake (Asana) rather than
+    /// configured: the receive path then keeps it and hands it over in [`Ctx::learnt`].
+    fn learns_secret(&self) -> bool {
+        false
+    }
+
     /// Whether signing needs [`Draft::signing_key`]: the source holds public keys only.
     fn needs_signing_key(&self) -> bool {
         false
@@ -482,9 +511,19 @@ impl Scheme {
 
     /// Checks the request and extracts its identity.
     pub fn verify(&self, input: &Input) -> Result<Verdict, Reject> {
+        self.verify_with(input, None)
+    }
+
+    /// [`Scheme::verify`] for a source that learnt its secret from a handshake.
+    pub fn verify_with(
+        &self,
+        input: &Input,
+        learnt: Option<&crate::secret::Secret>,
+    ) -> Result<Verdict, Reject> {
         let ctx = Ctx {
             tolerance: i64::try_from(self.tolerance.as_secs()).unwrap_or(i64::MAX),
             id: self.id.as_ref(),
+            learnt,
         };
         self.verifier.verify(input, &ctx)
     }
@@ -543,6 +582,8 @@ pub struct Ctx<'a> {
     pub tolerance: i64,
     /// The source's id rule, overriding the scheme's default.
     pub id: Option<&'a IdRule>,
+    /// The secret the source learnt from a handshake, if its scheme learns one.
+    pub learnt: Option<&'a crate::secret::Secret>,
 }
 
 impl Ctx<'_> {

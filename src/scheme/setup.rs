@@ -124,6 +124,15 @@ impl<'a> Setup<'a> {
         Ok(self.secrets.iter().map(|l| l.secret.clone()).collect())
     }
 
+    /// The configured secrets, possibly none (a scheme that learns its secret).
+    pub fn optional_secrets(&self) -> Vec<crate::secret::Secret> {
+        self.secrets
+            .iter()
+            .filter(|l| !l.stand_in)
+            .map(|l| l.secret.clone())
+            .collect()
+    }
+
     /// Each configured secret prepared by `parse` (at least one secret). A stand-in that
     /// `parse` refuses is left out: it would never verify anything.
     pub fn keys<K>(&self, parse: impl Fn(&Secret) -> Result<K, String>) -> Result<Vec<K>, String> {

@@ -279,8 +279,10 @@ fn check_warns_before_serve_rewrites_an_older_inbox() {
     let (code, out, err) = hookinbox(&["check", "--config", &config]);
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.contains("schema version 1) is converted to version 2 when `serve` next starts")
-            && out.contains("MiB free beside it at its peak")
+        out.contains(&format!(
+            "schema version 1) is converted to version {} when `serve` next starts",
+            hookinbox::store::schema_version()
+        )) && out.contains("MiB free beside it at its peak")
             && out.contains("hookinbox backup"),
         "{out}"
     );

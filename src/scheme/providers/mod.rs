@@ -52,6 +52,7 @@ catalogue![
     linear,
     typeform,
     microsoft_graph,
+    asana,
     hmac,
     token,
     basic,
