@@ -650,7 +650,7 @@ fn challenge_answer(body: &[u8]) -> Option<Handshake> {
     Some(Handshake {
         kind: "url_verification",
         reply: Reply::json(&serde_json::json!({ "challenge": challenge })),
-        learn: None,
+        action: None,
     })
 }
 

@@ -33,6 +33,9 @@ pub enum Outcome {
     /// The memory budget for bodies in flight stayed full (`server.body_budget`).
     Overloaded,
     Unavailable(WriteError),
+    /// A key the request names, or the confirmation a handshake asks for, could not be
+    /// fetched: 503, so the provider sends it again.
+    KeyUnavailable(String),
     NotFound,
     /// The source's provider sends only these methods.
     MethodNotAllowed(&'static [Method]),
@@ -51,7 +54,7 @@ impl Outcome {
             Outcome::TooLarge => "too_large",
             Outcome::BodyTimeout => "timeout",
             Outcome::Overloaded => "overloaded",
-            Outcome::Unavailable(_) => "unavailable",
+            Outcome::Unavailable(_) | Outcome::KeyUnavailable(_) => "unavailable",
             Outcome::NotFound => "not_found",
             Outcome::MethodNotAllowed(_) => "method_not_allowed",
         }
@@ -67,7 +70,9 @@ impl Outcome {
             Outcome::Rejected(_) | Outcome::BadBody => StatusCode::BAD_REQUEST,
             Outcome::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Outcome::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
-            Outcome::Unavailable(_) | Outcome::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+            Outcome::Unavailable(_) | Outcome::KeyUnavailable(_) | Outcome::Overloaded => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             Outcome::NotFound => StatusCode::NOT_FOUND,
             Outcome::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
         }

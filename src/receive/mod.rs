@@ -11,6 +11,7 @@
 //! ```
 
 pub mod answer;
+pub mod fetch;
 pub mod listener;
 pub mod tls;
 
@@ -29,7 +30,7 @@ use hyper::{Request, Response};
 use crate::config::{self, Order, Source};
 use crate::metrics::Metrics;
 use crate::proxy::{self, Cidr};
-use crate::scheme::{Input, Learnt, Reject, Verdict};
+use crate::scheme::{Action, Input, Learnt, Reject, Verdict};
 use crate::secret::Secret;
 use crate::store::ingest::{NewEvent, Stored};
 use crate::store::writer::Writer;
@@ -130,6 +131,8 @@ pub struct Receiver {
     /// Secrets sources learnt from a handshake (Asana), by source name: loaded from the
     /// inbox at start-up, added to when a handshake is stored. Kept across reloads.
     learnt: RwLock<HashMap<String, Secret>>,
+    /// Keys requests name (SNS's certificates) and the GETs handshakes ask for.
+    fetcher: fetch::Fetcher,
     writer: Writer,
     metrics: Arc<Metrics>,
     max_body: u64,
@@ -145,8 +148,10 @@ impl Receiver {
         metrics: Arc<Metrics>,
         budget: Arc<BodyBudget>,
         learnt: Vec<(String, Vec<u8>)>,
+        fetcher: fetch::Fetcher,
     ) -> Receiver {
         Receiver {
+            fetcher,
             live: RwLock::new(Arc::new(Live::new(sources, server.trusted_proxies.clone()))),
             learnt: RwLock::new(
                 learnt
@@ -281,13 +286,41 @@ impl Receiver {
         } else {
             None
         };
-        let identity = match scheme.verify_with(&input, learnt.as_ref()) {
+        // A key the request names (SNS's certificate), fetched once its URL was checked.
+        let fetched = match scheme.verifier().key_url(&input) {
+            Ok(None) => None,
+            Ok(Some(url)) => {
+                let now = input.now;
+                match self
+                    .fetcher
+                    .key(&url, |doc| scheme.verifier().parse_key(doc, now))
+                    .await
+                {
+                    Ok(key) => Some(key),
+                    Err(e) => return (Outcome::KeyUnavailable(e), None),
+                }
+            }
+            Err(reject) => {
+                self.metrics
+                    .signature_failure(&source.name, reject.reason());
+                return (Outcome::Rejected(reject), None);
+            }
+        };
+        let identity = match scheme.verify_with(&input, learnt.as_ref(), fetched.as_deref()) {
             Ok(Verdict::Event(identity)) => identity,
             Ok(Verdict::Handshake(handshake)) => {
-                if let Some(Learnt(secret)) = &handshake.learn
-                    && let Err(outcome) = self.learn(source, secret, client).await
-                {
-                    return (outcome, None);
+                match &handshake.action {
+                    None => {}
+                    Some(Action::Learn(Learnt(secret))) => {
+                        if let Err(outcome) = self.learn(source, secret, client).await {
+                            return (outcome, None);
+                        }
+                    }
+                    Some(Action::Confirm(url)) => match self.fetcher.get(url).await {
+                        Ok(_) => tracing::warn!(source = %source.name, %client, url,
+                            "confirmed the subscription the provider asked for"),
+                        Err(e) => return (Outcome::KeyUnavailable(e), None),
+                    },
                 }
                 self.metrics.handshake(&source.name, handshake.kind);
                 return (Outcome::Handshake(handshake), None);
@@ -386,6 +419,10 @@ impl listener::Handler for Receiver {
             Outcome::Conflict(_) => tracing::warn!(
                 source = %source.name, event_id, %client, outcome = "conflict", status = status.as_u16(),
                 duration_ms, "same event id with different bytes: quarantined in conflicts, original untouched"),
+            Outcome::KeyUnavailable(e) => tracing::warn!(
+                source = %source.name, %client, outcome = "unavailable", status = status.as_u16(),
+                error = %e, duration_ms, "a key the request names, or a confirmation it asks for, \
+                could not be fetched; answered 503 so the provider retries"),
             Outcome::Unavailable(e) => tracing::warn!(
                 source = %source.name, event_id, %client, outcome = "unavailable", status = status.as_u16(),
                 error = %e, duration_ms, "not stored; answered 503 so the provider retries"),

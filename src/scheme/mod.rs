@@ -99,6 +99,7 @@ pub enum Reject {
     /// A handshake that would teach the source its secret, with no window open.
     #[error("a handshake offered a secret but no window is open (run hookinbox arm)")]
     NotArmed,
+
     #[error("no event id: {0}")]
     NoEventId(&'static str),
     #[error("body is not what the scheme requires: {0}")]
@@ -116,6 +117,7 @@ impl Reject {
             Reject::TooNew => "timestamp_too_new",
             Reject::BadToken => "bad_token",
             Reject::NotArmed => "not_armed",
+
             Reject::NoEventId(_) => "no_event_id",
             Reject::BadBody(_) => "bad_body",
         }
@@ -143,9 +145,19 @@ pub struct Handshake {
     /// A short label for the metrics and the log: `url_verification`, `challenge`, `ping`.
     pub kind: &'static str,
     pub reply: Reply,
-    /// A secret the handshake hands over (Asana's `X-Hook-Secret`): the reply may be sent
-    /// only once it is stored, and only if the source's window is open (`hookinbox arm`).
-    pub learn: Option<Learnt>,
+    /// What must be done before the reply may be sent.
+    pub action: Option<Action>,
+}
+
+/// A handshake's side effect, done by the receive path before it answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Store the secret the handshake hands over (Asana's `X-Hook-Secret`), if the source's
+    /// window is open (`hookinbox arm`); refuse the handshake otherwise.
+    Learn(Learnt),
+    /// Confirm a subscription with a GET of this URL (Amazon SNS's `SubscribeURL`, its host
+    /// already checked); answer 503 if that fails, so that the provider asks again.
+    Confirm(String),
 }
 
 /// A secret learnt from a handshake. Compared in constant time, never printed.
@@ -213,7 +225,7 @@ impl Handshake {
         Ok(Verdict::Handshake(Handshake {
             kind,
             reply,
-            learn: None,
+            action: None,
         }))
     }
 }
@@ -366,6 +378,19 @@ pub trait Verifier: Send + Sync + fmt::Debug {
         demo_body(id)
     }
 
+    /// The URL of a key the request names and the receive path must fetch before `verify`
+    /// (Amazon SNS's `SigningCertURL`), checked against where the provider keeps its keys.
+    /// The receive path fetches it, turns it into a key with [`Verifier::parse_key`], caches
+    /// it, and hands it over in [`Ctx::fetched`].
+    fn key_url(&self, _input: &Input) -> Result<Option<String>, Reject> {
+        Ok(None)
+    }
+
+    /// The key in a fetched document (a certificate), checked at `now`.
+    fn parse_key(&self, _fetched: &[u8], _now: i64) -> Result<Vec<u8>, String> {
+        Err("this scheme fetches no keys".into())
+    }
+
     /// Whether the source's secret is learnt from a handshake (Asana) rather than
     /// configured: the receive path then keeps it and hands it over in [`Ctx::learnt`].
     fn learns_secret(&self) -> bool {
@@ -511,19 +536,22 @@ impl Scheme {
 
     /// Checks the request and extracts its identity.
     pub fn verify(&self, input: &Input) -> Result<Verdict, Reject> {
-        self.verify_with(input, None)
+        self.verify_with(input, None, None)
     }
 
-    /// [`Scheme::verify`] for a source that learnt its secret from a handshake.
+    /// [`Scheme::verify`] with what the receive path holds for the source: a secret it
+    /// learnt from a handshake, a key it fetched.
     pub fn verify_with(
         &self,
         input: &Input,
         learnt: Option<&crate::secret::Secret>,
+        fetched: Option<&[u8]>,
     ) -> Result<Verdict, Reject> {
         let ctx = Ctx {
             tolerance: i64::try_from(self.tolerance.as_secs()).unwrap_or(i64::MAX),
             id: self.id.as_ref(),
             learnt,
+            fetched,
         };
         self.verifier.verify(input, &ctx)
     }
@@ -584,6 +612,8 @@ pub struct Ctx<'a> {
     pub id: Option<&'a IdRule>,
     /// The secret the source learnt from a handshake, if its scheme learns one.
     pub learnt: Option<&'a crate::secret::Secret>,
+    /// The key fetched from [`Verifier::key_url`], if the scheme names one.
+    pub fetched: Option<&'a [u8]>,
 }
 
 impl Ctx<'_> {

@@ -38,6 +38,9 @@
 //!   exact bodies, exit codes, and provider strings escaped before a terminal.
 //! - `providers`: every source of docs/providers.md, loaded from the document, over HTTP:
 //!   fresh, replayed, each failure, each handshake's exact answer; published vectors.
+//! - `sns` (with `--features sns-test-host`): Amazon SNS against the real binary and a local
+//!   certificate host: signature versions 1 and 2, pinned topics, certificate hosts,
+//!   subscription confirmation.
 //! - `scheme_props`: property tests: no header value makes a scheme panic or accept.
 //! - `fuzz_corpora`: every committed fuzz corpus file replayed through the fuzz harness
 //!   (signature parsers in process, raw HTTP bytes through the real service).
@@ -66,5 +69,7 @@ mod resources;
 mod scheme_props;
 mod schemes;
 mod sink;
+#[cfg(feature = "sns-test-host")]
+mod sns;
 mod store_failure;
 mod support;

@@ -16,7 +16,7 @@ use ring::hmac;
 
 use crate::scheme::keys::Keys;
 use crate::scheme::{
-    Ctx, Draft, Handshake, IdRule, Identity, Input, Learnt, Reject, Reply, Sample, Setup,
+    Action, Ctx, Draft, Handshake, IdRule, Identity, Input, Learnt, Reject, Reply, Sample, Setup,
     Verdict, Verifier, value,
 };
 use crate::secret::Secret;
@@ -58,7 +58,7 @@ impl Verifier for Asana {
             return Ok(Verdict::Handshake(Handshake {
                 kind: "hook_secret",
                 reply,
-                learn: Some(Learnt(Secret::new(text))),
+                action: Some(Action::Learn(Learnt(Secret::new(text)))),
             }));
         }
         let sig = crate::scheme::header(input.headers, SIGNATURE_HEADER)?;
@@ -119,7 +119,7 @@ impl Verifier for Asana {
 
 #[cfg(test)]
 mod tests {
-    use crate::scheme::{Input, Learnt, Reject, Verdict, test_headers, test_scheme};
+    use crate::scheme::{Action, Input, Learnt, Reject, Verdict, test_headers, test_scheme};
     use crate::secret::Secret;
 
     #[test]
@@ -130,7 +130,10 @@ mod tests {
             Ok(Verdict::Handshake(h)) => {
                 assert_eq!(h.kind, "hook_secret");
                 assert_eq!(h.reply.headers[0].1, "b537207f20cbfa02357cf448134da559");
-                assert_eq!(h.learn, Some(Learnt(Secret::new("b537207f20cbfa02357cf448134da559"))));
+                assert_eq!(
+                    h.action,
+                    Some(Action::Learn(Learnt(Secret::new("b537207f20cbfa02357cf448134da559"))))
+                );
             }
             other => panic!("{other:?}"),
         }
@@ -141,10 +144,10 @@ mod tests {
                 .as_ref(),
         );
         let h = test_headers(&[("X-Hook-Signature", &sig)]);
-        assert!(matches!(s.verify_with(&Input::post(&h, body, 0), Some(&learnt)), Ok(Verdict::Event(_))));
+        assert!(matches!(s.verify_with(&Input::post(&h, body, 0), Some(&learnt), None), Ok(Verdict::Event(_))));
         // Before a secret was learnt, nothing verifies.
         assert_eq!(s.verify(&Input::post(&h, body, 0)), Err(Reject::NoMatch));
         let other = Secret::new("another");
-        assert_eq!(s.verify_with(&Input::post(&h, body, 0), Some(&other)), Err(Reject::NoMatch));
+        assert_eq!(s.verify_with(&Input::post(&h, body, 0), Some(&other), None), Err(Reject::NoMatch));
     }
 }

@@ -53,6 +53,7 @@ catalogue![
     typeform,
     microsoft_graph,
     asana,
+    sns,
     hmac,
     token,
     basic,
