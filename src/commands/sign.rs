@@ -19,6 +19,9 @@ pub enum Format {
     Curl,
     /// Only the headers, one `Name: value` per line.
     Headers,
+    /// One JSON object: method, path, query, headers and body (text, or base64 in
+    /// `body_base64` when it is not UTF-8), for scripts.
+    Json,
 }
 
 /// `hookinbox sign`'s arguments.
@@ -113,6 +116,29 @@ pub fn run(config: &Config, args: &Args, out: &mut impl Write) -> anyhow::Result
         src.scheme.sign(&draft)
     };
     match args.format {
+        Format::Json => {
+            let headers: Vec<(&str, &str)> = sample
+                .headers
+                .iter()
+                .map(|(n, v)| (n.as_str(), v.to_str().unwrap_or("?")))
+                .collect();
+            let mut json = serde_json::json!({
+                "method": sample.method.as_str(),
+                "path": path,
+                "query": sample.query,
+                "headers": headers,
+            });
+            match std::str::from_utf8(&sample.body) {
+                Ok(text) => json["body"] = text.into(),
+                Err(_) => {
+                    use base64::Engine as _;
+                    json["body_base64"] = base64::engine::general_purpose::STANDARD
+                        .encode(&sample.body)
+                        .into();
+                }
+            }
+            writeln!(out, "{json}")?;
+        }
         Format::Headers => {
             for (name, value) in &sample.headers {
                 writeln!(out, "{name}: {}", value.to_str().unwrap_or("?"))?;

@@ -194,12 +194,16 @@ impl Reply {
     }
 
     /// 200 `text/plain` with the text exactly as given (a challenge echoed back), as
-    /// Twitch, Dropbox and Microsoft Graph ask for it.
+    /// Twitch, Dropbox and Microsoft Graph ask for it; `nosniff`, since some of those
+    /// challenges are echoed to anyone and must never be read as HTML.
     pub fn text(body: impl Into<Vec<u8>>) -> Reply {
         Reply {
             status: StatusCode::OK,
             content_type: Some("text/plain"),
-            headers: Vec::new(),
+            headers: vec![(
+                HeaderName::from_static("x-content-type-options"),
+                HeaderValue::from_static("nosniff"),
+            )],
             body: body.into(),
         }
     }

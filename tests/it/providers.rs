@@ -687,3 +687,95 @@ async fn asana_learns_its_secret_only_inside_an_armed_window() {
     );
     server.stop().await;
 }
+
+/// What `hookinbox sign --format json` printed, as a request.
+fn printed(out: &str) -> Signed {
+    let v: serde_json::Value = serde_json::from_str(out.trim()).expect("sign prints JSON");
+    Signed {
+        method: v["method"].as_str().unwrap().parse().unwrap(),
+        query: v["query"].as_str().map(str::to_owned),
+        headers: v["headers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| {
+                (
+                    h[0].as_str().unwrap().to_owned(),
+                    h[1].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect(),
+        body: v["body"].as_str().unwrap().as_bytes().to_vec(),
+    }
+}
+
+#[tokio::test]
+async fn what_sign_prints_is_accepted_for_every_documented_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let doc = load_doc(dir.path());
+    let keys = dir.path().join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    let db = dir.path().join("inbox.db");
+    let server = TestServer::start_at(dir, db, SERVER, &doc.sources).await;
+    let config = server.config.path.display().to_string();
+    let names: Vec<String> = server
+        .config
+        .sources
+        .iter()
+        .map(|s| s.name.clone())
+        .collect();
+    for name in names
+        .iter()
+        .filter(|n| !matches!(n.as_str(), "asana" | "sns"))
+    {
+        let mut args = vec![
+            "sign", "--config", &config, "--source", name, "--format", "json",
+        ];
+        let key_file = keys.join(name);
+        let key_arg = format!("file:{}", key_file.display());
+        if let Some(key) = &doc.material[name.as_str()].signing_key {
+            std::fs::write(&key_file, key).unwrap();
+            args.extend(["--signing-key", &key_arg]);
+        }
+        let (code, out, err) = hookinbox(&args);
+        assert_eq!(code, 0, "{name}: {err}");
+        let (status, _) = server.post(name, &printed(&out)).await;
+        assert!(
+            (200..300).contains(&status),
+            "{name}: what sign printed got {status}"
+        );
+        if server
+            .scheme(name)
+            .verifier()
+            .sign_handshake(&Draft {
+                body: b"",
+                id: "x",
+                now: 0,
+                path: "/",
+                signing_key: None,
+            })
+            .is_some()
+        {
+            args.push("--handshake");
+            let (code, out, err) = hookinbox(&args);
+            assert_eq!(code, 0, "{name}: {err}");
+            let (status, _) = server.post(name, &printed(&out)).await;
+            assert_eq!(status, 200, "{name}: the handshake sign printed");
+        }
+    }
+    // Without --signing-key, a public-key source says what it needs.
+    let (code, _, err) = hookinbox(&["sign", "--config", &config, "--source", "discord"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--signing-key"), "{err}");
+    let (code, _, err) = hookinbox(&[
+        "sign",
+        "--config",
+        &config,
+        "--source",
+        "stripe",
+        "--handshake",
+    ]);
+    assert_ne!(code, 0);
+    assert!(err.contains("has no handshake"), "{err}");
+    server.stop().await;
+}

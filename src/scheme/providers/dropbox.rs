@@ -5,7 +5,7 @@
 //! which accounts changed and carries no id: the id is the SHA-256 of the body. Sources:
 //! dropbox.com `developers/reference/webhooks`; the vector is from npm hapi-dropbox-webhooks.
 
-use hyper::http::{HeaderValue, Method};
+use hyper::http::Method;
 
 use crate::scheme::hmac::{self, Engine, Hooks, Preset, Spec};
 use crate::scheme::{Draft, Handshake, IdRule, Input, Reject, Reply, Sample, Setup, Verdict, Verifier};
@@ -48,10 +48,10 @@ impl Hooks for Challenge {
             return None;
         }
         Some(match input.query_param("challenge") {
-            Some(c) if !c.is_empty() && c.len() <= MAX_CHALLENGE => Handshake::verdict(
-                "challenge",
-                Reply::text(c).with_header("x-content-type-options", HeaderValue::from_static("nosniff")),
-            ),
+            // Reply::text carries the X-Content-Type-Options: nosniff Dropbox asks for.
+            Some(c) if !c.is_empty() && c.len() <= MAX_CHALLENGE => {
+                Handshake::verdict("challenge", Reply::text(c))
+            }
             _ => Err(Reject::BadBody("a GET without a challenge")),
         })
     }
