@@ -458,6 +458,25 @@ url = "http://127.0.0.1:3000/hooks"
     }
 
     #[test]
+    fn an_unsigned_header_cannot_hide_inside_a_composite_id() {
+        let with = |scheme: &str, extra: &str| {
+            MINIMAL.replace("standard-webhooks", scheme).replace(
+                "[[sources.targets]]",
+                &format!("{extra}\n[[sources.targets]]"),
+            )
+        };
+        let e = err(&with("stripe", "id = [\"header:X-Any\", \"/id\"]"));
+        assert!(e.contains("signs its own event id"), "{e}");
+        let sns = with(
+            "sns",
+            "topics = [\"arn:aws:sns:us-east-1:123456789012:t\"]\nid_pointer = \"/Message\"",
+        )
+        .replace("secrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]", "");
+        let e = err(&sns);
+        assert!(e.contains("signs only some fields"), "{e}");
+    }
+
+    #[test]
     fn check_names_the_holes_a_protocol_leaves() {
         let holes = |scheme: &str, extra: &str| {
             let text = MINIMAL.replace("standard-webhooks", scheme).replace(

@@ -15,14 +15,7 @@ fn replay_hole(scheme: &scheme::Scheme) -> Option<String> {
         return None;
     }
     let rule = scheme.id_rule()?;
-    let header = match &rule {
-        scheme::IdRule::Header(h) => h,
-        scheme::IdRule::FirstOf(rules) => match rules.first() {
-            Some(scheme::IdRule::Header(h)) => h,
-            _ => return None,
-        },
-        _ => return None,
-    };
+    let header = *rule.headers().first()?;
     // The provider's own id header counts as signed only where the scheme says so.
     let overridden = scheme.id_rule() != verifier.default_id();
     if verifier.signs_id() && !overridden {

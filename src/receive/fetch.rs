@@ -16,10 +16,20 @@ const MAX_DOCUMENT: usize = 64 * 1024;
 const KEEP: Duration = Duration::from_secs(24 * 3600);
 /// Keys kept at most: one per region and rotation.
 const MAX_KEYS: usize = 64;
+/// How long a failed fetch is remembered: requests naming the same URL meanwhile are
+/// answered 503 at once instead of each costing an outbound request.
+const KEEP_FAILURE: Duration = Duration::from_secs(60);
+/// Fetches in flight at once, over all sources: a flood of requests naming fresh URLs
+/// waits here (up to the fetch timeout) rather than opening connections without end.
+const MAX_FETCHES: usize = 4;
+
+/// A fetched key, or why it could not be had, and when.
+type Cached = (Result<Vec<u8>, String>, Instant);
 
 pub struct Fetcher {
     client: reqwest::Client,
-    keys: Mutex<HashMap<String, (Vec<u8>, Instant)>>,
+    keys: Mutex<HashMap<String, Cached>>,
+    in_flight: tokio::sync::Semaphore,
 }
 
 impl Fetcher {
@@ -40,36 +50,53 @@ impl Fetcher {
         Ok(Fetcher {
             client: builder.build()?,
             keys: Mutex::new(HashMap::new()),
+            in_flight: tokio::sync::Semaphore::new(MAX_FETCHES),
         })
     }
 
-    /// The key at `url`, from the cache or fetched and turned into a key by `parse`.
+    /// The key at `url`, from the cache or fetched and turned into a key by `parse`. A
+    /// failure is remembered for a minute.
     pub async fn key(
         &self,
         url: &str,
         parse: impl FnOnce(&[u8]) -> Result<Vec<u8>, String>,
     ) -> Result<Vec<u8>, String> {
-        if let Some((key, at)) = self
+        if let Some((found, at)) = self
             .keys
             .lock()
             .expect("no panics while holding the lock")
             .get(url)
-            && at.elapsed() < KEEP
         {
-            return Ok(key.clone());
+            let keep = if found.is_ok() { KEEP } else { KEEP_FAILURE };
+            if at.elapsed() < keep {
+                return found.clone();
+            }
         }
-        let document = self.get(url).await?;
-        let key = parse(&document)?;
+        let found = match self.get(url).await {
+            Ok(document) => parse(&document),
+            Err(e) => Err(e),
+        };
         let mut keys = self.keys.lock().expect("no panics while holding the lock");
         if keys.len() >= MAX_KEYS {
-            keys.clear();
+            // The oldest goes, so that the keys in use stay.
+            if let Some(oldest) = keys
+                .iter()
+                .min_by_key(|(_, (_, at))| *at)
+                .map(|(u, _)| u.clone())
+            {
+                keys.remove(&oldest);
+            }
         }
-        keys.insert(url.to_owned(), (key.clone(), Instant::now()));
-        Ok(key)
+        keys.insert(url.to_owned(), (found.clone(), Instant::now()));
+        found
     }
 
     /// GETs `url`; the body if it answered 2xx.
     pub async fn get(&self, url: &str) -> Result<Vec<u8>, String> {
+        let _permit = tokio::time::timeout(TIMEOUT, self.in_flight.acquire())
+            .await
+            .map_err(|_| format!("GET {url}: too many fetches in flight"))?
+            .map_err(|_| "the fetcher is closed".to_owned())?;
         let mut resp = self
             .client
             .get(url)

@@ -276,6 +276,17 @@ impl IdRule {
         IdRule::Header(HeaderName::from_static(name))
     }
 
+    /// Every header the rule reads, at any depth: none of them is covered by a signature.
+    pub fn headers(&self) -> Vec<&HeaderName> {
+        match self {
+            IdRule::Header(h) => vec![h],
+            IdRule::Composite(rules) | IdRule::FirstOf(rules) => {
+                rules.iter().flat_map(IdRule::headers).collect()
+            }
+            IdRule::Pointer(_) | IdRule::Each { .. } | IdRule::BodySha256 => Vec::new(),
+        }
+    }
+
     /// The header a signed sample carries its id in, where the rule reads one.
     pub fn sample_header(&self) -> Option<&HeaderName> {
         match self {
@@ -422,6 +433,11 @@ pub trait Verifier: Send + Sync + fmt::Debug {
         false
     }
 
+    /// Whether the signature covers the whole body (not only some of its fields, as SNS's).
+    fn signs_whole_body(&self) -> bool {
+        true
+    }
+
     /// The id rule when the source sets none; `None` when the source must set one.
     fn default_id(&self) -> Option<IdRule>;
 
@@ -498,11 +514,20 @@ impl Scheme {
         }
         // An id from an unsigned header over a signed one would let a captured request,
         // replayed with a new id, pass as a new event.
-        if matches!(id, Some(IdRule::Header(_))) && verifier.signs_id() {
+        if id.as_ref().is_some_and(|r| !r.headers().is_empty()) && verifier.signs_id() {
             return Err(format!(
                 "{at}.id_header: scheme {:?} signs its own event id; an id from an unsigned \
                  header would let a replayed request pass as new (id_pointer into the signed \
                  body is allowed)",
+                provider.name
+            ));
+        }
+        // Where only some fields of the body are signed (SNS), the provider's id is one of
+        // them and another pointer might not be.
+        if id.is_some() && verifier.signs_id() && !verifier.signs_whole_body() {
+            return Err(format!(
+                "{at}: scheme {:?} signs only some fields of its body, its own event id among \
+                 them; remove id_header, id_pointer and id",
                 provider.name
             ));
         }
@@ -750,12 +775,13 @@ fn shorten(id: String) -> String {
     if id.len() <= MAX_EVENT_ID_LEN {
         return id;
     }
+    const JOIN: &str = "…sha256:";
     let digest = hex::encode(ring::digest::digest(&ring::digest::SHA256, id.as_bytes()));
-    let mut keep = MAX_EVENT_ID_LEN - digest.len() - 8;
+    let mut keep = MAX_EVENT_ID_LEN - digest.len() - JOIN.len();
     while !id.is_char_boundary(keep) {
         keep -= 1;
     }
-    format!("{}…sha256:{digest}", &id[..keep])
+    format!("{}{JOIN}{digest}", &id[..keep])
 }
 
 /// Extracts the event id by `rule`, and checks that it is a sane id.
@@ -840,4 +866,25 @@ pub(crate) fn test_scheme(
         .map(|s| crate::secret::Secret::new(*s))
         .collect();
     Scheme::build(Setup::literal(scheme, secrets, settings), None, id).unwrap()
+}
+
+#[cfg(test)]
+mod id_tests {
+    use super::*;
+
+    #[test]
+    fn a_long_joined_id_is_shortened_within_the_limit_and_stays_stable() {
+        for n in [10usize, 24, 100, 1000] {
+            let ids: Vec<String> = (0..n)
+                .map(|i| format!("{:012}", 1_000_000_000 + i))
+                .collect();
+            let joined = shorten(ids.join(","));
+            assert!(joined.len() <= MAX_EVENT_ID_LEN, "{n}: {}", joined.len());
+            assert_eq!(check_id(joined.clone()).as_deref(), Ok(joined.as_str()));
+            assert_eq!(shorten(ids.join(",")), joined);
+        }
+        // Multi-byte text is cut on a character boundary.
+        let wide = "é".repeat(300);
+        assert!(shorten(wide).len() <= MAX_EVENT_ID_LEN);
+    }
 }

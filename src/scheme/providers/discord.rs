@@ -72,7 +72,10 @@ fn shape(body: &[u8]) -> Shape {
         .and_then(|f| f.text_or_integer())
         .and_then(|t| t.parse::<i64>().ok())
         .unwrap_or(-1);
-    let webhook_event = matches!(crate::scheme::json::field(body, "/version"), Ok(Some(_)));
+    // Interactions carry `version` too, so it tells nothing; a webhook event has its
+    // `event`, and type 0 (its PING) is no interaction type.
+    let webhook_event =
+        kind == 0 || matches!(crate::scheme::json::field(body, "/event"), Ok(Some(_)));
     match (webhook_event, kind) {
         (true, 0) => Shape::EventPing,
         (true, _) => Shape::Event,
@@ -144,9 +147,9 @@ impl Verifier for Discord {
     }
 
     fn sign_handshake(&self, draft: &Draft) -> Option<Sample> {
-        // An Interactions PING (a Webhook Events PING would carry `version`).
+        // An Interactions PING, as Discord sends it.
         let body = serde_json::json!({ "type": 1, "id": draft.id, "application_id": "0",
-                                       "token": "test" })
+                                       "token": "test", "version": 1 })
         .to_string();
         Some(self.sign(&Draft {
             body: body.as_bytes(),
@@ -156,7 +159,7 @@ impl Verifier for Discord {
 
     fn demo_body(&self, id: &str, _now: i64) -> Vec<u8> {
         serde_json::json!({ "type": 2, "id": id, "application_id": "0", "token": "test",
-                            "data": { "name": "hookinbox-test" } })
+                            "version": 1, "data": { "name": "hookinbox-test" } })
         .to_string()
         .into_bytes()
     }
@@ -222,8 +225,9 @@ mod tests {
         assert!(s.verifier().needs_signing_key());
         let key = Secret::new(SEED);
         for (body, id, reply) in [
-            (&br#"{"type":2,"id":"1234","token":"t"}"#[..], "1234".to_owned(), Reply::json(&serde_json::json!({"type":5}))),
-            (br#"{"type":3,"id":"1235","token":"t"}"#, "1235".into(), Reply::json(&serde_json::json!({"type":6}))),
+            // As Discord sends them: `version` is in every interaction.
+            (&br#"{"type":2,"id":"1234","token":"t","version":1}"#[..], "1234".to_owned(), Reply::json(&serde_json::json!({"type":5}))),
+            (br#"{"type":3,"id":"1235","token":"t","version":1}"#, "1235".into(), Reply::json(&serde_json::json!({"type":6}))),
         ] {
             let sample = s.sign(&Draft { body, id: "", now: 1_700_000_000, path: "/hooks/d", signing_key: Some(&key) });
             let h: hyper::http::HeaderMap = sample.headers.into_iter().collect();

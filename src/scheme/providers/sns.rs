@@ -31,6 +31,9 @@ use crate::scheme::{
     Verifier, value,
 };
 
+/// The certificate name `hookinbox sign` puts in its messages (a test key's).
+const TEST_CERT: &str = "0123456789abcdef0123456789abcdef";
+
 pub const PROVIDER: super::Provider = super::Provider {
     name: "sns",
     build,
@@ -86,6 +89,19 @@ fn test_host() -> Option<String> {
 struct Sns {
     topics: Vec<String>,
     test_host: Option<String>,
+}
+
+/// SNS names its certificates `/SimpleNotificationService-<hex>.pem`: anything else on its
+/// host is not one, and is not fetched.
+fn is_certificate_path(url: &str) -> bool {
+    let Ok(u) = reqwest::Url::parse(url) else {
+        return false;
+    };
+    u.query().is_none()
+        && u.path()
+            .strip_prefix("/SimpleNotificationService-")
+            .and_then(|p| p.strip_suffix(".pem"))
+            .is_some_and(|h| (16..=64).contains(&h.len()) && h.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// The region of a topic ARN.
@@ -201,7 +217,7 @@ impl Verifier for Sns {
         let message = Message::parse(input.body)?;
         let region = self.topic(&message)?;
         let url = &message.signing_cert_url;
-        if !self.on_sns_host(url, region) || !url.ends_with(".pem") {
+        if !self.on_sns_host(url, region) || !is_certificate_path(url) {
             return Err(Reject::MalformedHeader("SigningCertURL"));
         }
         Ok(Some(url.clone()))
@@ -240,7 +256,13 @@ impl Verifier for Sns {
         signature::UnparsedPublicKey::new(algorithm, key)
             .verify(&message.signed()?, &sig)
             .map_err(|_| Reject::NoMatch)?;
-        let provider_time = TimestampFormat::Rfc3339.parse(&message.timestamp).ok();
+        // Signed, and the same on every retry: SNS retries HTTP/S deliveries for at most an
+        // hour, so the default window is two.
+        let provider_time = TimestampFormat::Rfc3339
+            .parse(&message.timestamp)
+            .map_err(|_| Reject::MalformedHeader("Timestamp"))?;
+        ctx.check_time(provider_time, input.now)?;
+        let provider_time = Some(provider_time);
         match message.kind.as_str() {
             "SubscriptionConfirmation" => {
                 let url = message.subscribe_url.unwrap_or_default();
@@ -291,8 +313,20 @@ impl Verifier for Sns {
         crate::scheme::POST
     }
 
+    fn signs_timestamp(&self) -> bool {
+        true
+    }
+
+    fn default_tolerance(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(2 * 3600)
+    }
+
     fn signs_id(&self) -> bool {
         true
+    }
+
+    fn signs_whole_body(&self) -> bool {
+        false
     }
 
     fn default_id(&self) -> Option<IdRule> {
@@ -320,7 +354,7 @@ impl Sns {
             timestamp,
             signature_version: "2".into(),
             signature: String::new(),
-            signing_cert_url: format!("https://{host}/SimpleNotificationService-hookinbox-test.pem"),
+            signing_cert_url: format!("https://{host}/SimpleNotificationService-{TEST_CERT}.pem"),
             subject: None,
             subscribe_url: token.map(|t| {
                 format!("https://{host}/?Action=ConfirmSubscription&TopicArn={topic}&Token={t}")
@@ -393,6 +427,61 @@ mod tests {
             "not a url",
         ] {
             assert!(!s.on_sns_host(bad, "us-east-1"), "{bad}");
+        }
+    }
+
+    const CERT: &[u8] = include_bytes!("../../../tests/fixtures/sns-signing.cert.pem");
+    /// `openssl dgst -sha1 -sign tests/fixtures/sns-signing.key.pem` over the signed fields
+    /// below: a version 1 (SHA-1) signature, which ring cannot make.
+    const V1_SIGNATURE: &str = "aMjdvs9tbg5yjrr8Al4ZEh7oWD2XTPhBq1RTk0wQDw24Cpg3bCroAypZZ62MpJpBODo4360TjbuugyTGLr68PGo1Rf4Ow0sdhWPOmN1HLxw81Zz5kWnQLMqNCWohu3w6km1oWe1d64GmaSdpYG9aZA4iAI1BFtgfBv7rJWL1umtGtgOAj4stDEOub2/it1yj/DwtsHAb7OM1lBzts5osC6psAKXe1aY0LQ7NMerYSvcIKPrVqOCy1dBrYqB9Tl7ACbReC4tBpsT0BQ7AAlNoshCNgKU9brvvRnLATxmolg8DeDuRDu34AmrRWQDG7C9urTWdrY0jD80xlMv8keEXcA==";
+
+    #[test]
+    fn signature_version_1_at_its_time() {
+        let s = scheme();
+        let key = s.parse_key(CERT, 1_800_000_000).unwrap();
+        let body = serde_json::json!({
+            "Type": "Notification", "MessageId": "m-2", "TopicArn": TOPIC, "Message": "two",
+            "Subject": "order placed", "Timestamp": "2026-12-01T12:00:00.000Z",
+            "SignatureVersion": "1", "Signature": V1_SIGNATURE,
+            "SigningCertURL": "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-0123456789abcdef.pem",
+        })
+        .to_string();
+        let h = crate::scheme::test_headers(&[]);
+        let ctx = |now| (Input::post(&h, body.as_bytes(), now), now);
+        let at = 1_796_126_400; // 2026-12-01T12:00:00Z, the message's Timestamp
+        let (input, _) = ctx(at);
+        let verdict = s.verify(
+            &input,
+            &Ctx { tolerance: 7200, id: None, learnt: None, fetched: Some(&key) },
+        );
+        assert!(matches!(verdict, Ok(Verdict::Event(ref i)) if i.event_id == "m-2"), "{verdict:?}");
+        // Two hours later it is too old; a changed field does not verify.
+        let (late, _) = ctx(at + 7201);
+        assert_eq!(
+            s.verify(&late, &Ctx { tolerance: 7200, id: None, learnt: None, fetched: Some(&key) }),
+            Err(Reject::TooOld)
+        );
+        let changed = body.replace("\"two\"", "\"tw0\"");
+        let input = Input::post(&h, changed.as_bytes(), at);
+        assert_eq!(
+            s.verify(&input, &Ctx { tolerance: 7200, id: None, learnt: None, fetched: Some(&key) }),
+            Err(Reject::NoMatch)
+        );
+        // The certificate is refused once expired.
+        assert!(s.parse_key(CERT, 5_000_000_000).unwrap_err().contains("expired"));
+    }
+
+    #[test]
+    fn only_certificate_names_are_fetched() {
+        assert!(is_certificate_path(
+            "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-9c6465fa7f48f5cacd23014631ec1136.pem"
+        ));
+        for bad in [
+            "https://sns.us-east-1.amazonaws.com/anything.pem",
+            "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-xyz.pem",
+            "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-9c6465fa7f48f5ca.pem?x=1",
+        ] {
+            assert!(!is_certificate_path(bad), "{bad}");
         }
     }
 
