@@ -321,7 +321,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         metrics.clone(),
         budget.clone(),
         learnt,
-        crate::receive::fetch::Fetcher::new().context("setting up the client that fetches keys")?,
+        crate::receive::fetch::Fetcher::default(),
     ));
     let admin_handler = Arc::new(Admin {
         metrics: metrics.clone(),

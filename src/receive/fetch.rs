@@ -27,31 +27,36 @@ const MAX_FETCHES: usize = 4;
 type Cached = (Result<Vec<u8>, String>, Instant);
 
 pub struct Fetcher {
-    client: reqwest::Client,
+    /// Built on first use: only sources that fetch keys need it, and building it loads the
+    /// system's CA certificates, which a minimal system may not have.
+    client: std::sync::OnceLock<Result<reqwest::Client, String>>,
     keys: Mutex<HashMap<String, Cached>>,
     in_flight: tokio::sync::Semaphore,
 }
 
-impl Fetcher {
-    pub fn new() -> anyhow::Result<Fetcher> {
-        let builder = reqwest::Client::builder()
-            .timeout(TIMEOUT)
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .user_agent(concat!("hookinbox/", env!("CARGO_PKG_VERSION")));
-        #[cfg(feature = "sns-test-host")]
-        let builder = match std::env::var_os("HOOKINBOX_TEST_SNS_CA") {
-            Some(path) => {
-                let pem = std::fs::read(&path)?;
-                builder.tls_certs_only([reqwest::Certificate::from_pem(&pem)?])
-            }
-            None => builder,
-        };
-        Ok(Fetcher {
-            client: builder.build()?,
+impl Default for Fetcher {
+    fn default() -> Fetcher {
+        Fetcher {
+            client: std::sync::OnceLock::new(),
             keys: Mutex::new(HashMap::new()),
             in_flight: tokio::sync::Semaphore::new(MAX_FETCHES),
-        })
+        }
+    }
+}
+
+impl Fetcher {
+    fn client(&self) -> Result<&reqwest::Client, String> {
+        self.client
+            .get_or_init(|| {
+                build().map_err(|e| {
+                    format!(
+                        "cannot make an HTTPS client ({e:#}); is the ca-certificates package \
+                         installed?"
+                    )
+                })
+            })
+            .as_ref()
+            .map_err(Clone::clone)
     }
 
     /// The key at `url`, from the cache or fetched and turned into a key by `parse`. A
@@ -98,7 +103,7 @@ impl Fetcher {
             .map_err(|_| format!("GET {url}: too many fetches in flight"))?
             .map_err(|_| "the fetcher is closed".to_owned())?;
         let mut resp = self
-            .client
+            .client()?
             .get(url)
             .send()
             .await
@@ -115,4 +120,22 @@ impl Fetcher {
         }
         Ok(body)
     }
+}
+
+/// The HTTPS client: the system's roots, no redirects, no proxy from the environment.
+fn build() -> anyhow::Result<reqwest::Client> {
+    let builder = reqwest::Client::builder()
+        .timeout(TIMEOUT)
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .user_agent(concat!("hookinbox/", env!("CARGO_PKG_VERSION")));
+    #[cfg(feature = "sns-test-host")]
+    let builder = match std::env::var_os("HOOKINBOX_TEST_SNS_CA") {
+        Some(path) => {
+            let pem = std::fs::read(&path)?;
+            builder.tls_certs_only([reqwest::Certificate::from_pem(&pem)?])
+        }
+        None => builder,
+    };
+    Ok(builder.build()?)
 }

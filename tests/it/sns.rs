@@ -258,6 +258,43 @@ async fn sns_messages_verify_against_the_fetched_certificate_and_subscriptions_a
         "no confirmation for another topic"
     );
     assert_eq!(events(), 2);
+    // What `hookinbox sign` prints for this source verifies too, event and handshake.
+    let key = format!(
+        "file:{}/tests/fixtures/sns-signing.key.pem",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let config_arg = config.display().to_string();
+    for extra in [&[][..], &["--handshake"]] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookinbox"))
+            .args([
+                "sign",
+                "--config",
+                &config_arg,
+                "--source",
+                "sns",
+                "--format",
+                "json",
+            ])
+            .args(["--signing-key", &key])
+            .args(extra)
+            .env("HOOKINBOX_TEST_SNS_HOST", &host)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let printed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let body = printed["body"].as_str().unwrap().as_bytes().to_vec();
+        assert_eq!(post(&client, &proc, body).await, 200, "sign {extra:?}");
+    }
+    assert_eq!(
+        events(),
+        3,
+        "the signed event is stored, its handshake is not"
+    );
+    assert_eq!(seen.confirms.load(Ordering::SeqCst), 2);
     let admin = proc.logs.lock().unwrap().join("\n");
     assert!(admin.contains("confirmed the subscription"), "{admin}");
     drop(proc);

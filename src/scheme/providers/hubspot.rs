@@ -13,9 +13,10 @@
 //! developers.hubspot.com `validating-requests`, hubspot-api-python `utils/signature.py` and
 //! its tests (the vector below).
 
-use crate::scheme::hmac::{self, Encoding, NoHooks, Preset, Spec, TimestampFormat, UrlSettings};
+use crate::scheme::hmac::{
+    self, Encoding, NoHooks, Preset, Spec, TimestampFormat, TypeAt, UrlSettings,
+};
 use crate::scheme::{IdRule, Setup, Verifier};
-use crate::scheme::hmac::TypeAt;
 
 const SIGNATURE_HEADER: &str = "X-HubSpot-Signature-v3";
 const TIMESTAMP_HEADER: &str = "X-HubSpot-Request-Timestamp";
