@@ -335,7 +335,7 @@ impl Receiver {
         };
 
         // Decided now, while the body is at hand; sent only once the event is committed.
-        let reply = source.config.scheme.verifier().stored_reply(&input);
+        let reply = scheme.verifier().stored_reply(&input);
         let event_id = identity.event_id;
         let provider_time = identity.provider_time;
         let event = NewEvent {
@@ -343,10 +343,7 @@ impl Receiver {
             account: source.account.clone(),
             sha256_hex: hex::encode(ring::digest::digest(&ring::digest::SHA256, &body)),
             body_is_text: std::str::from_utf8(&body).is_ok(),
-            headers: headers_json(
-                &parts.headers,
-                source.config.scheme.verifier().secret_headers(),
-            ),
+            headers: headers_json(&parts.headers, scheme.verifier().secret_headers()),
             event_type: identity.event_type,
             provider_time: identity.provider_time,
             deliveries: source

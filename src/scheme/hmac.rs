@@ -473,6 +473,32 @@ pub struct Preset {
     pub demo_body: Option<fn(&str, i64) -> Vec<u8>>,
 }
 
+impl Preset {
+    /// The verified request as an event: its id by the source's rule or the preset's (the
+    /// source's rule is required where the preset has none, and checked only now, so that
+    /// an unauthenticated caller learns nothing about the configuration), its type.
+    pub fn event(
+        &self,
+        input: &Input,
+        ctx: &Ctx,
+        provider_time: Option<i64>,
+    ) -> Result<Verdict, Reject> {
+        let event_id = match &self.id {
+            Some(default) => ctx.event_id(input, default)?,
+            None => ctx.configured_id(input)?,
+        };
+        Ok(Verdict::Event(Identity {
+            event_id,
+            provider_time,
+            event_type: self.event_type.and_then(|t| t.read(input)),
+        }))
+    }
+
+    pub fn caveats(&self) -> Vec<String> {
+        self.caveats.iter().map(|c| (*c).to_owned()).collect()
+    }
+}
+
 /// A provider's handshakes around the engine's check.
 pub trait Hooks: Send + Sync + std::fmt::Debug + 'static {
     /// A handshake the provider does not sign, matched by its shape before any signature is
@@ -587,16 +613,7 @@ impl<H: Hooks> Verifier for Hmac<H> {
         if let Some(v) = self.hooks.signed(input, &self.engine) {
             return v;
         }
-        let event_id = match &self.preset.id {
-            Some(default) => ctx.event_id(input, default)?,
-            // Checked only now, so an unauthenticated caller learns nothing.
-            None => ctx.configured_id(input)?,
-        };
-        Ok(Verdict::Event(Identity {
-            event_id,
-            provider_time,
-            event_type: self.preset.event_type.and_then(|t| t.read(input)),
-        }))
+        self.preset.event(input, ctx, provider_time)
     }
 
     fn sign(&self, draft: &Draft) -> Sample {
@@ -639,11 +656,7 @@ impl<H: Hooks> Verifier for Hmac<H> {
     }
 
     fn caveats(&self) -> Vec<String> {
-        self.preset
-            .caveats
-            .iter()
-            .map(|c| (*c).to_owned())
-            .collect()
+        self.preset.caveats()
     }
 }
 

@@ -117,7 +117,7 @@ pub fn text(body: &[u8], pointer: &str) -> Option<String> {
 }
 
 /// RFC 6901: `~1` is `/` and `~0` is `~`, in that order.
-fn unescape(token: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn unescape(token: &str) -> std::borrow::Cow<'_, str> {
     if token.contains('~') {
         token.replace("~1", "/").replace("~0", "~").into()
     } else {

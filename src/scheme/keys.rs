@@ -142,3 +142,11 @@ pub fn ed25519_pair(bytes: &[u8]) -> Result<ring::signature::Ed25519KeyPair, Str
         "not an Ed25519 private key (a 32-byte seed, seed and public key, or PKCS#8)".to_owned()
     })
 }
+
+/// The DER of a private key given as PEM (`-----BEGIN PRIVATE KEY-----` …) or as bare
+/// base64, as `hookinbox sign --signing-key` takes it.
+pub fn pkcs8_der(secret: &Secret) -> Option<Vec<u8>> {
+    let text = String::from_utf8_lossy(secret.expose());
+    let b64: String = text.lines().filter(|l| !l.starts_with("-----")).collect();
+    STANDARD.decode(b64.trim()).ok()
+}

@@ -609,12 +609,11 @@ impl Scheme {
         };
         let mut at = &mut value;
         for token in pointer.split('/').skip(1) {
-            let token = token.replace("~1", "/").replace("~0", "~");
             let Some(object) = at.as_object_mut() else {
                 return body;
             };
             at = object
-                .entry(token)
+                .entry(json::unescape(token).into_owned())
                 .or_insert_with(|| serde_json::Value::Object(Default::default()));
         }
         *at = serde_json::Value::String(id.to_owned());

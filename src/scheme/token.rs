@@ -13,9 +13,7 @@ use serde::Deserialize;
 
 use super::hmac::Preset;
 use super::keys::Tokens;
-use super::{
-    Ctx, Draft, Horizon, IdRule, Identity, Input, Reject, Sample, Setup, Verdict, Verifier,
-};
+use super::{Ctx, Draft, Horizon, IdRule, Input, Reject, Sample, Setup, Verdict, Verifier};
 
 /// Where the secret travels.
 #[derive(Debug, Clone)]
@@ -159,15 +157,7 @@ impl Verifier for Token {
         if let Some(v) = self.handshake.and_then(|h| h(input)) {
             return v;
         }
-        let event_id = match &self.preset.id {
-            Some(default) => ctx.event_id(input, default)?,
-            None => ctx.configured_id(input)?,
-        };
-        Ok(Verdict::Event(Identity {
-            event_id,
-            provider_time: None,
-            event_type: self.preset.event_type.and_then(|t| t.read(input)),
-        }))
+        self.preset.event(input, ctx, None)
     }
 
     fn sign(&self, draft: &Draft) -> Sample {
@@ -202,11 +192,7 @@ impl Verifier for Token {
     }
 
     fn caveats(&self) -> Vec<String> {
-        self.preset
-            .caveats
-            .iter()
-            .map(|c| (*c).to_owned())
-            .collect()
+        self.preset.caveats()
     }
 }
 

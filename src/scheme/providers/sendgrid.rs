@@ -62,13 +62,7 @@ struct SendGrid {
 
 /// A signing key for `hookinbox sign`: PKCS#8, as PEM or base64 DER.
 fn signing_pair(secret: &Secret) -> Option<EcdsaKeyPair> {
-    let text = String::from_utf8_lossy(secret.expose());
-    let b64: String = text
-        .lines()
-        .filter(|l| !l.starts_with("-----"))
-        .collect::<Vec<_>>()
-        .concat();
-    let der = STANDARD.decode(b64.trim()).ok()?;
+    let der = crate::scheme::keys::pkcs8_der(secret)?;
     let rng = ring::rand::SystemRandom::new();
     EcdsaKeyPair::from_pkcs8(&signature::ECDSA_P256_SHA256_ASN1_SIGNING, &der, &rng).ok()
 }

@@ -362,12 +362,10 @@ impl Sns {
             token: token.map(Into::into),
         };
         let rng = ring::rand::SystemRandom::new();
-        let pair = draft.signing_key.and_then(|k| {
-            let text = String::from_utf8_lossy(k.expose());
-            let b64: String = text.lines().filter(|l| !l.starts_with("-----")).collect();
-            let der = STANDARD.decode(b64.trim()).ok()?;
-            signature::RsaKeyPair::from_pkcs8(&der).ok()
-        });
+        let pair = draft
+            .signing_key
+            .and_then(crate::scheme::keys::pkcs8_der)
+            .and_then(|der| signature::RsaKeyPair::from_pkcs8(&der).ok());
         if let (Some(pair), Ok(signed)) = (pair, m.signed()) {
             let mut sig = vec![0; pair.public().modulus_len()];
             if pair.sign(&signature::RSA_PKCS1_SHA256, &rng, &signed, &mut sig).is_ok() {
