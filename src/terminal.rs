@@ -289,3 +289,54 @@ mod tests {
         );
     }
 }
+
+/// How often a [`Progress`] line is redrawn at most: often enough to look alive, rarely
+/// enough that drawing never costs more than the work.
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// A one-line report of long work (`prune`, `backup`, `replay`) on stderr, redrawn in place.
+/// Only on a terminal: piped or under systemd, stderr stays quiet, and stdout (what a
+/// script reads) is never touched.
+#[derive(Debug)]
+pub struct Progress {
+    on: bool,
+    what: &'static str,
+    total: Option<u64>,
+    drawn: Option<std::time::Instant>,
+}
+
+impl Progress {
+    /// `what` names the work ("pruning payloads"); `total`, where known, gives a percentage.
+    pub fn new(what: &'static str, total: Option<u64>) -> Progress {
+        use std::io::IsTerminal as _;
+        Progress {
+            on: io::stderr().is_terminal(),
+            what,
+            total,
+            drawn: None,
+        }
+    }
+
+    /// Reports `done` units so far; drawn only every [`PROGRESS_EVERY`].
+    pub fn set(&mut self, done: u64) {
+        if !self.on || self.drawn.is_some_and(|at| at.elapsed() < PROGRESS_EVERY) {
+            return;
+        }
+        self.drawn = Some(std::time::Instant::now());
+        let line = match self.total {
+            Some(total) if total > 0 => {
+                format!("{}: {done} of {total} ({}%)", self.what, done * 100 / total)
+            }
+            _ => format!("{}: {done}", self.what),
+        };
+        // `\r` and erase-line: the next draw, or the final output, starts on a clean line.
+        eprint!("\r\x1b[K{line}");
+    }
+
+    /// Clears the line, so what the command prints next starts at the margin.
+    pub fn finish(self) {
+        if self.on && self.drawn.is_some() {
+            eprint!("\r\x1b[K");
+        }
+    }
+}
