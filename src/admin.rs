@@ -1,6 +1,7 @@
-//! The admin listener: `/metrics` (Prometheus text), `/healthz` (the process answers) and
-//! `/readyz` (the store commits and the writer drains its queue). Local by default; it is
-//! for the operator's scraper and the load balancer, never for providers.
+//! The admin listener: `/metrics` (Prometheus text), `/healthz` (the process answers),
+//! `/readyz` (the store commits and the writer drains its queue), and everything else is the
+//! web inbox ([`crate::web`]). Local by default; it is for the operator, their scraper and
+//! the load balancer, never for providers.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -33,6 +34,7 @@ pub struct Admin {
     pub delivery: Arc<deliver::Health>,
     /// The memory budget for request bodies, for its gauge.
     pub budget: Arc<crate::receive::BodyBudget>,
+    pub web: crate::web::Web,
 }
 
 impl Admin {
@@ -85,7 +87,11 @@ impl Admin {
 }
 
 impl Handler for Admin {
-    async fn handle(&self, req: Request<Incoming>, _peer: SocketAddr) -> Response<Full<Bytes>> {
+    async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Full<Bytes>> {
+        let own = matches!(req.uri().path(), "/metrics" | "/healthz" | "/readyz");
+        if !own {
+            return self.web.handle(req, peer).await;
+        }
         if req.method() != Method::GET {
             return text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
         }

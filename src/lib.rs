@@ -22,6 +22,7 @@
 //! - [`clock`]: wall-clock time as unix seconds and as the inbox's ISO-8601 text.
 
 pub mod admin;
+pub mod alerts;
 pub mod cli;
 pub mod clock;
 pub mod commands;
@@ -36,3 +37,4 @@ pub mod scheme;
 pub mod secret;
 pub mod store;
 pub mod terminal;
+pub mod web;

@@ -41,62 +41,28 @@ struct Listing {
 }
 
 #[derive(Debug, Serialize)]
-struct Conflict {
-    id: i64,
-    last_seen_at: String,
+pub(crate) struct Conflict {
+    pub(crate) id: i64,
+    pub(crate) last_seen_at: String,
     /// When this version first arrived.
-    received_at: String,
-    source: String,
-    account: String,
-    event_id: String,
+    pub(crate) received_at: String,
+    pub(crate) source: String,
+    pub(crate) account: String,
+    pub(crate) event_id: String,
     /// How many times this version arrived.
-    seen: i64,
+    pub(crate) seen: i64,
     /// The stored event's hash, and this version's.
-    original_sha256: String,
-    sha256: String,
-    size: i64,
+    pub(crate) original_sha256: String,
+    pub(crate) sha256: String,
+    pub(crate) size: i64,
     /// The stored event's row id (for `hookinbox show`); null once it was pruned away.
-    original_event: Option<i64>,
+    pub(crate) original_event: Option<i64>,
 }
 
 pub fn run(db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
-    // The `recent_conflicts` view, so that this listing and `sqlite3` agree. Only fixed
-    // fragments go into the SQL; values are parameters.
-    let mut sql = String::from(
-        "SELECT id, last_seen_at, received_at, source, account, event_id, seen,
-                original_sha256, sha256, size, original_event
-           FROM recent_conflicts WHERE 1",
-    );
-    let mut params: Vec<Value> = Vec::new();
-    if let Some(s) = &args.source {
-        sql.push_str(" AND source = ?");
-        params.push(Value::Text(s.clone()));
-    }
-    sql.push_str(" ORDER BY last_seen_at DESC, id DESC LIMIT ?");
-    params.push(Value::Integer(args.limit.into()));
-
     let conn = store::read::open_current(db)
         .with_context(|| format!("opening the inbox {}", db.display()))?;
-    let conflicts = conn
-        .prepare(&sql)
-        .and_then(|mut stmt| {
-            stmt.query_map(rusqlite::params_from_iter(params), |r| {
-                Ok(Conflict {
-                    id: r.get(0)?,
-                    last_seen_at: r.get(1)?,
-                    received_at: r.get(2)?,
-                    source: r.get(3)?,
-                    account: r.get(4)?,
-                    event_id: r.get(5)?,
-                    seen: r.get(6)?,
-                    original_sha256: r.get(7)?,
-                    sha256: r.get(8)?,
-                    size: r.get(9)?,
-                    original_event: r.get(10)?,
-                })
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()
-        })
+    let conflicts = list(&conn, args.source.as_deref(), args.limit)
         .with_context(|| format!("reading conflicts from {}", db.display()))?;
     drop(conn);
 
@@ -132,4 +98,43 @@ pub fn run(db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
 /// split a character: the column holds hex, but the inbox is a file anyone can edit).
 fn short(hash: &str) -> &str {
     hash.get(..SHORT_HASH).unwrap_or(hash)
+}
+
+/// Quarantined versions, newest first: the `recent_conflicts` view, so that this listing, the
+/// web inbox and `sqlite3` agree. Only fixed fragments go into the SQL; values are
+/// parameters.
+pub(crate) fn list(
+    conn: &rusqlite::Connection,
+    source: Option<&str>,
+    limit: u32,
+) -> rusqlite::Result<Vec<Conflict>> {
+    let mut sql = String::from(
+        "SELECT id, last_seen_at, received_at, source, account, event_id, seen,
+                original_sha256, sha256, size, original_event
+           FROM recent_conflicts WHERE 1",
+    );
+    let mut params: Vec<Value> = Vec::new();
+    if let Some(s) = source {
+        sql.push_str(" AND source = ?");
+        params.push(Value::Text(s.to_owned()));
+    }
+    sql.push_str(" ORDER BY last_seen_at DESC, id DESC LIMIT ?");
+    params.push(Value::Integer(limit.into()));
+    conn.prepare(&sql)?
+        .query_map(rusqlite::params_from_iter(params), |r| {
+            Ok(Conflict {
+                id: r.get(0)?,
+                last_seen_at: r.get(1)?,
+                received_at: r.get(2)?,
+                source: r.get(3)?,
+                account: r.get(4)?,
+                event_id: r.get(5)?,
+                seen: r.get(6)?,
+                original_sha256: r.get(7)?,
+                sha256: r.get(8)?,
+                size: r.get(9)?,
+                original_event: r.get(10)?,
+            })
+        })?
+        .collect()
 }

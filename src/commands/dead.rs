@@ -40,68 +40,33 @@ struct Listing {
 }
 
 #[derive(Debug, Serialize)]
-struct Dead {
+pub(crate) struct Dead {
     /// The delivery's row id.
-    delivery: i64,
+    pub(crate) delivery: i64,
     /// The event's row id, for `hookinbox show`.
-    event: i64,
+    pub(crate) event: i64,
     /// When the delivery died (its last change of state).
-    died_at: String,
-    source: String,
-    account: String,
-    event_id: String,
-    target: String,
-    attempts: i64,
-    last_error: Option<String>,
-    idempotency_key: String,
-    received_at: String,
+    pub(crate) died_at: String,
+    pub(crate) source: String,
+    pub(crate) account: String,
+    pub(crate) event_id: String,
+    pub(crate) target: String,
+    pub(crate) attempts: i64,
+    pub(crate) last_error: Option<String>,
+    pub(crate) idempotency_key: String,
+    pub(crate) received_at: String,
 }
 
 pub fn run(db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
-    // The tables rather than the `dead_deliveries` view: the view has no event row id or
-    // account, and `show` needs the one to follow up. Same filter and order as the view.
-    // Only fixed fragments go into the SQL; values are parameters.
-    let mut sql = String::from(
-        "SELECT d.id, d.event, d.updated_at, d.source, e.account, e.event_id, d.target,
-                d.attempts, d.last_error, d.idempotency_key, e.received_at
-           FROM deliveries d JOIN events e ON e.id = d.event
-          WHERE d.state = 'dead'",
-    );
-    let mut params: Vec<Value> = Vec::new();
-    if let Some(s) = &args.source {
-        sql.push_str(" AND d.source = ?");
-        params.push(Value::Text(s.clone()));
-    }
-    if let Some(t) = &args.target {
-        sql.push_str(" AND d.target = ?");
-        params.push(Value::Text(t.clone()));
-    }
-    sql.push_str(" ORDER BY d.updated_at DESC, d.id DESC LIMIT ?");
-    params.push(Value::Integer(args.limit.into()));
-
     let conn = store::read::open_current(db)
         .with_context(|| format!("opening the inbox {}", db.display()))?;
-    let dead = conn
-        .prepare(&sql)
-        .and_then(|mut stmt| {
-            stmt.query_map(rusqlite::params_from_iter(params), |r| {
-                Ok(Dead {
-                    delivery: r.get(0)?,
-                    event: r.get(1)?,
-                    died_at: r.get(2)?,
-                    source: r.get(3)?,
-                    account: r.get(4)?,
-                    event_id: r.get(5)?,
-                    target: r.get(6)?,
-                    attempts: r.get(7)?,
-                    last_error: r.get(8)?,
-                    idempotency_key: r.get(9)?,
-                    received_at: r.get(10)?,
-                })
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()
-        })
-        .with_context(|| format!("reading dead deliveries from {}", db.display()))?;
+    let dead = list(
+        &conn,
+        args.source.as_deref(),
+        args.target.as_deref(),
+        args.limit,
+    )
+    .with_context(|| format!("reading dead deliveries from {}", db.display()))?;
     drop(conn);
 
     if args.json {
@@ -139,4 +104,49 @@ pub fn run(db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// Dead deliveries, newest first. The tables rather than the `dead_deliveries` view: the view
+/// has no event row id or account, and `show` needs the one to follow up. Same filter and
+/// order as the view. Only fixed fragments go into the SQL; values are parameters.
+pub(crate) fn list(
+    conn: &rusqlite::Connection,
+    source: Option<&str>,
+    target: Option<&str>,
+    limit: u32,
+) -> rusqlite::Result<Vec<Dead>> {
+    let mut sql = String::from(
+        "SELECT d.id, d.event, d.updated_at, d.source, e.account, e.event_id, d.target,
+                d.attempts, d.last_error, d.idempotency_key, e.received_at
+           FROM deliveries d JOIN events e ON e.id = d.event
+          WHERE d.state = 'dead'",
+    );
+    let mut params: Vec<Value> = Vec::new();
+    if let Some(s) = source {
+        sql.push_str(" AND d.source = ?");
+        params.push(Value::Text(s.to_owned()));
+    }
+    if let Some(t) = target {
+        sql.push_str(" AND d.target = ?");
+        params.push(Value::Text(t.to_owned()));
+    }
+    sql.push_str(" ORDER BY d.updated_at DESC, d.id DESC LIMIT ?");
+    params.push(Value::Integer(limit.into()));
+    conn.prepare(&sql)?
+        .query_map(rusqlite::params_from_iter(params), |r| {
+            Ok(Dead {
+                delivery: r.get(0)?,
+                event: r.get(1)?,
+                died_at: r.get(2)?,
+                source: r.get(3)?,
+                account: r.get(4)?,
+                event_id: r.get(5)?,
+                target: r.get(6)?,
+                attempts: r.get(7)?,
+                last_error: r.get(8)?,
+                idempotency_key: r.get(9)?,
+                received_at: r.get(10)?,
+            })
+        })?
+        .collect()
 }

@@ -323,8 +323,16 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         learnt,
         crate::receive::fetch::Fetcher::default(),
     ));
+    let board = Arc::new(crate::alerts::Board::default());
     let admin_handler = Arc::new(Admin {
         metrics: metrics.clone(),
+        web: crate::web::Web::new(
+            readers.clone(),
+            writer.clone(),
+            &config.admin,
+            &sources,
+            board.clone(),
+        ),
         writer,
         readers,
         inbox: store_path.clone(),

@@ -49,57 +49,57 @@ const MAX_AMBIGUOUS_LISTED: i64 = 20;
 
 /// The JSON output, and what the text output prints.
 #[derive(Debug, Serialize)]
-struct Shown {
-    id: i64,
-    source: String,
-    account: String,
-    event_id: String,
-    event_type: Option<String>,
-    size: i64,
-    sha256: String,
-    received_at: String,
-    provider_time: Option<String>,
+pub(crate) struct Shown {
+    pub(crate) id: i64,
+    pub(crate) source: String,
+    pub(crate) account: String,
+    pub(crate) event_id: String,
+    pub(crate) event_type: Option<String>,
+    pub(crate) size: i64,
+    pub(crate) sha256: String,
+    pub(crate) received_at: String,
+    pub(crate) provider_time: Option<String>,
     /// True once retention dropped the body and headers.
-    pruned: bool,
-    pruned_at: Option<String>,
+    pub(crate) pruned: bool,
+    pub(crate) pruned_at: Option<String>,
     /// `[[name, value], …]` as stored (credentials removed at receipt); null once pruned.
-    headers: Option<serde_json::Value>,
+    pub(crate) headers: Option<serde_json::Value>,
     /// The body as text when it is UTF-8, else base64 (see `body_encoding`); null once
     /// pruned.
-    body: Option<String>,
+    pub(crate) body: Option<String>,
     /// "utf-8" or "base64"; null when there is no body.
-    body_encoding: Option<&'static str>,
-    deliveries: Vec<Delivery>,
+    pub(crate) body_encoding: Option<&'static str>,
+    pub(crate) deliveries: Vec<Delivery>,
     #[serde(skip)]
-    raw_body: Option<Vec<u8>>,
+    pub(crate) raw_body: Option<Vec<u8>>,
 }
 
 #[derive(Debug, Serialize)]
-struct Delivery {
-    id: i64,
-    target: String,
-    state: String,
-    attempts: i64,
-    next_attempt_at: String,
-    lease_until: Option<String>,
-    last_error: Option<String>,
-    idempotency_key: String,
-    created_at: String,
-    updated_at: String,
+pub(crate) struct Delivery {
+    pub(crate) id: i64,
+    pub(crate) target: String,
+    pub(crate) state: String,
+    pub(crate) attempts: i64,
+    pub(crate) next_attempt_at: String,
+    pub(crate) lease_until: Option<String>,
+    pub(crate) last_error: Option<String>,
+    pub(crate) idempotency_key: String,
+    pub(crate) created_at: String,
+    pub(crate) updated_at: String,
     /// Every attempt, oldest first (`attempts` is their count, kept in the delivery row).
-    history: Vec<Attempt>,
+    pub(crate) history: Vec<Attempt>,
 }
 
 #[derive(Debug, Serialize)]
-struct Attempt {
-    number: i64,
-    started_at: String,
-    outcome: String,
+pub(crate) struct Attempt {
+    pub(crate) number: i64,
+    pub(crate) started_at: String,
+    pub(crate) outcome: String,
     /// The HTTP status, or the command's exit code.
-    status: Option<i64>,
-    duration_ms: i64,
-    error: Option<String>,
-    output: Option<String>,
+    pub(crate) status: Option<i64>,
+    pub(crate) duration_ms: i64,
+    pub(crate) error: Option<String>,
+    pub(crate) output: Option<String>,
 }
 
 pub fn run(db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
@@ -201,7 +201,7 @@ pub fn resolve(conn: &Connection, id: &str, source: Option<&str>) -> anyhow::Res
 /// Reads the event, its deliveries and their attempts. Three short queries, not one
 /// transaction (reads never hold one open): an attempt that lands between them can show in
 /// a delivery's history before its `attempts` count; the next `show` agrees again.
-fn load(conn: &Connection, id: i64) -> anyhow::Result<Shown> {
+pub(crate) fn load(conn: &Connection, id: i64) -> anyhow::Result<Shown> {
     let mut shown = conn.query_row(
         "SELECT e.id, e.source, e.account, e.event_id, e.event_type, e.size, e.sha256,
                 e.received_at, e.provider_time, e.pruned_at, p.headers, p.body

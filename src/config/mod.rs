@@ -120,8 +120,16 @@ pub struct Tls {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Admin {
-    /// `/metrics`, `/healthz`, `/readyz`. Local by default; never meant to be public.
+    /// `/metrics`, `/healthz`, `/readyz` and the web inbox. Local by default; never meant
+    /// to be public.
     pub listen: SocketAddr,
+    /// Whether the web inbox may change anything (replay, pause, resume). Off by default:
+    /// the inbox is read-only.
+    pub actions: bool,
+    /// Host names the web inbox answers to besides IP addresses and `localhost` (a name a
+    /// reverse proxy forwards under). Any other Host is refused, so that a web page that
+    /// rebinds its own name to 127.0.0.1 cannot read the inbox.
+    pub hosts: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -392,9 +400,12 @@ impl RestartOnly {
             max_connections,
             body_budget,
             tls,
-            admin: Admin {
-                listen: admin_listen,
-            },
+            admin:
+                Admin {
+                    listen: admin_listen,
+                    actions,
+                    hosts,
+                },
             store:
                 Store {
                     path,
@@ -418,6 +429,8 @@ impl RestartOnly {
             ("server.body_budget", *body_budget != other.body_budget),
             ("server.tls", *tls != other.tls),
             ("admin.listen", *admin_listen != other.admin.listen),
+            ("admin.actions", *actions != other.admin.actions),
+            ("admin.hosts", *hosts != other.admin.hosts),
             ("store.path", *path != other.store.path),
             ("store.synchronous", *synchronous != other.store.synchronous),
             (

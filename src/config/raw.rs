@@ -62,12 +62,18 @@ impl Default for RawServer {
 pub(super) struct RawAdmin {
     #[serde(default = "default_admin_listen")]
     pub(super) listen: SocketAddr,
+    #[serde(default)]
+    pub(super) actions: bool,
+    #[serde(default)]
+    pub(super) hosts: Vec<String>,
 }
 
 impl Default for RawAdmin {
     fn default() -> Self {
         RawAdmin {
             listen: default_admin_listen(),
+            actions: false,
+            hosts: Vec::new(),
         }
     }
 }

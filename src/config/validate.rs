@@ -154,6 +154,8 @@ pub(super) fn validate(
         },
         admin: Admin {
             listen: raw.admin.listen,
+            actions: raw.admin.actions,
+            hosts: admin_hosts(raw.admin.hosts)?,
         },
         store: Store {
             path: store_path,
@@ -379,6 +381,26 @@ fn id_rule(
         }
         (None, None, None) => None,
     })
+}
+
+/// `admin.hosts`: bare host names (no scheme, port or path), compared without case.
+fn admin_hosts(hosts: Vec<String>) -> Result<Vec<String>, String> {
+    hosts
+        .into_iter()
+        .map(|h| {
+            let ok = !h.is_empty()
+                && h.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
+            if ok {
+                Ok(h.to_ascii_lowercase())
+            } else {
+                Err(format!(
+                    "admin.hosts: {h:?} is not a host name; write the bare name a browser \
+                     uses for the web inbox, e.g. \"inbox.internal\" (no scheme or port)"
+                ))
+            }
+        })
+        .collect()
 }
 
 fn valid_name(name: &str) -> bool {

@@ -10,9 +10,11 @@ pub mod commits;
 pub mod ingest;
 pub mod learnt;
 pub mod lock;
+pub mod pause;
 pub mod queue;
 pub mod read;
 pub mod retention;
+pub mod stats;
 pub mod writer;
 
 use std::path::Path;

@@ -1,0 +1,127 @@
+//! How each source and target is doing, read from the inbox: what the web inbox's overview
+//! shows and what the alert conditions are judged by, so that the page and the alert never
+//! disagree. Every query is bounded by an index (`events_age`, `attempts_started`,
+//! `deliveries_state`) and a time window, so that it stays short on a large inbox.
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+/// One source over a window.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SourceStats {
+    pub source: String,
+    /// Events committed within the window.
+    pub events: i64,
+    /// When the newest event was committed, if any is left.
+    pub last_received: Option<String>,
+}
+
+/// One target over a window, and its queue now.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TargetStats {
+    pub source: String,
+    pub target: String,
+    /// Attempts started within the window, and how many of them failed (retry or dead).
+    pub attempts: i64,
+    pub failed: i64,
+    /// Deliveries pending or in flight now, and when the oldest of them was created.
+    pub pending: i64,
+    pub oldest_pending: Option<String>,
+    /// Dead deliveries now.
+    pub dead: i64,
+}
+
+impl TargetStats {
+    /// The failed share of the window's attempts, if there were any.
+    pub fn failure_share(&self) -> Option<f64> {
+        (self.attempts > 0).then(|| self.failed as f64 / self.attempts as f64)
+    }
+}
+
+/// Each named source since `since` (inbox time text).
+pub fn sources(
+    conn: &Connection,
+    names: &[String],
+    since: &str,
+) -> rusqlite::Result<Vec<SourceStats>> {
+    let mut count =
+        conn.prepare_cached("SELECT count(*) FROM events WHERE source = ?1 AND received_at >= ?2")?;
+    let mut last = conn.prepare_cached("SELECT max(received_at) FROM events WHERE source = ?1")?;
+    names
+        .iter()
+        .map(|name| {
+            Ok(SourceStats {
+                source: name.clone(),
+                events: count.query_row(params![name, since], |r| r.get(0))?,
+                last_received: last.query_row([name], |r| r.get(0)).optional()?.flatten(),
+            })
+        })
+        .collect()
+}
+
+/// Each named (source, target) pair: attempts since `since`, and the queue now.
+pub fn targets(
+    conn: &Connection,
+    pairs: &[(String, String)],
+    since: &str,
+) -> rusqlite::Result<Vec<TargetStats>> {
+    let mut out: Vec<TargetStats> = pairs
+        .iter()
+        .map(|(source, target)| TargetStats {
+            source: source.clone(),
+            target: target.clone(),
+            ..TargetStats::default()
+        })
+        .collect();
+    let find = |source: String, target: String| -> Option<usize> {
+        out.iter()
+            .position(|t| t.source == source && t.target == target)
+    };
+    let mut updates: Vec<(usize, Update)> = Vec::new();
+    let mut attempts = conn.prepare_cached(
+        "SELECT d.source, d.target, count(*), sum(a.outcome <> 'delivered')
+           FROM attempts a JOIN deliveries d ON d.id = a.delivery
+          WHERE a.started_at >= ?1 GROUP BY 1, 2",
+    )?;
+    for row in attempts.query_map([since], |r| {
+        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+    })? {
+        let (s, t, n, failed) = row?;
+        if let Some(i) = find(s, t) {
+            updates.push((i, Update::Attempts(n, failed)));
+        }
+    }
+    let mut pending = conn.prepare_cached(
+        "SELECT source, target, count(*), min(created_at) FROM deliveries
+          WHERE state IN ('pending', 'in_flight') GROUP BY 1, 2",
+    )?;
+    for row in pending.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))? {
+        let (s, t, n, oldest) = row?;
+        if let Some(i) = find(s, t) {
+            updates.push((i, Update::Pending(n, oldest)));
+        }
+    }
+    let mut dead = conn.prepare_cached(
+        "SELECT source, target, count(*) FROM deliveries WHERE state = 'dead' GROUP BY 1, 2",
+    )?;
+    for row in dead.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))? {
+        let (s, t, n) = row?;
+        if let Some(i) = find(s, t) {
+            updates.push((i, Update::Dead(n)));
+        }
+    }
+    for (i, update) in updates {
+        let t = &mut out[i];
+        match update {
+            Update::Attempts(n, failed) => (t.attempts, t.failed) = (n, failed),
+            Update::Pending(n, oldest) => (t.pending, t.oldest_pending) = (n, Some(oldest)),
+            Update::Dead(n) => t.dead = n,
+        }
+    }
+    Ok(out)
+}
+
+enum Update {
+    Attempts(i64, i64),
+    Pending(i64, String),
+    Dead(i64),
+}
