@@ -12,6 +12,45 @@ use maud::html;
 
 use super::{Form, Page, respond};
 use crate::store;
+use crate::terminal::escape;
+
+/// Deliveries a replay preview lists; the count covers them all.
+const PREVIEWED: usize = 50;
+
+/// The replay filter a form names: one event, or the event list's and the dead page's
+/// filters. An event's status maps to the state of the deliveries to replay (the dead
+/// deliveries of events with a dead one, not their delivered siblings).
+fn replay_filter(form: &Form) -> Result<store::replay::Filter, String> {
+    let time = |name: &str| -> Result<Option<String>, String> {
+        form.get(name)
+            .map(|t| crate::clock::parse_time_arg(t).map_err(|e| format!("{name}: {e}")))
+            .transpose()
+    };
+    let event = form
+        .get("event")
+        .map(|e| {
+            e.parse::<i64>()
+                .map_err(|_| format!("event {e:?} is not a row id"))
+        })
+        .transpose()?;
+    let state = match form.get("state").or(form.get("status")) {
+        None => None,
+        Some(s @ ("dead" | "pending" | "delivered" | "superseded")) => Some(s.to_owned()),
+        Some("stored") => return Err("events with no targets have nothing to replay".into()),
+        Some(other) => return Err(format!("{other:?} is not a delivery state")),
+    };
+    Ok(store::replay::Filter {
+        event,
+        source: form.get("source").map(str::to_owned),
+        target: form.get("target").map(str::to_owned),
+        state,
+        since: time("since")?,
+        until: time("until")?,
+        event_type: form.get("type").map(str::to_owned),
+        error: form.get("error").map(str::to_owned),
+        ..store::replay::Filter::default()
+    })
+}
 
 impl Page<'_> {
     pub(super) async fn action(
@@ -50,6 +89,8 @@ impl Page<'_> {
         };
         match changed {
             Ok(changed) => {
+                // A resumed target's loop looks at once rather than at its next idle poll.
+                self.web.writer.commits().all();
                 tracing::warn!(source, target, by, changed, "web inbox: {past} a target");
                 let what = match (changed, paused) {
                     (true, true) => {
@@ -70,8 +111,94 @@ impl Page<'_> {
         }
     }
 
-    async fn replay(&self, _form: &Form, _peer: SocketAddr) -> Response<Full<Bytes>> {
-        self.not_found()
+    /// Replays one event or a filtered set. Without `confirm` it only plans and shows what
+    /// it would re-queue, with a button that posts the same fields and `confirm`; with it,
+    /// it plans again (the inbox may have moved on) and re-queues a chunk per writer job, so
+    /// that webhooks arriving meanwhile never wait long behind it.
+    async fn replay(&self, form: &Form, peer: SocketAddr) -> Response<Full<Bytes>> {
+        let filter = match replay_filter(form) {
+            Ok(f) if f.selects() => f,
+            Ok(_) => return self.bad_form("choose an event, a state, a time or an event type"),
+            Err(e) => return self.bad_form(&e),
+        };
+        let planned = filter.clone();
+        let plan = match self
+            .read(move |conn| Ok(store::replay::plan(conn, &planned)?))
+            .await
+        {
+            Ok(plan) => plan,
+            Err(e) => return self.failed("planning the replay", &e),
+        };
+        if form.get("confirm").is_none() {
+            return self.preview(form, &plan);
+        }
+        let ids: Vec<i64> = plan.eligible.iter().map(|d| d.delivery).collect();
+        let mut requeued = 0;
+        for chunk in ids.chunks(store::replay::CHUNK) {
+            let chunk = chunk.to_vec();
+            match self
+                .web
+                .writer
+                .job(move |conn, now| store::replay::requeue(conn, &chunk, now))
+                .await
+            {
+                Ok(n) => requeued += n,
+                Err(e) => {
+                    tracing::warn!(requeued, by = %peer, error = %e, "web inbox: a replay stopped part way");
+                    return self.failed(
+                        &format!("re-queued {requeued}, then could not go on"),
+                        &e.into(),
+                    );
+                }
+            }
+        }
+        self.web.writer.commits().all();
+        tracing::warn!(requeued, planned = ids.len(), by = %peer, filter = ?filter,
+            "web inbox: replayed deliveries under their idempotency keys");
+        let previewed = form.get("confirm").and_then(|n| n.parse::<usize>().ok());
+        let content = html! {
+            p { "Re-queued " (requeued) " deliveries under their idempotency keys; they go out within a second." }
+            @if previewed.is_some_and(|n| n != requeued) {
+                p { "The preview counted " (previewed.unwrap_or(0)) "; the inbox changed in between (an attempt started or ended)." }
+            }
+            p { a href="/" { "Back to the overview" } }
+        };
+        respond(StatusCode::OK, self.layout("Replayed", content))
+    }
+
+    /// What a replay would do, and the button that does it.
+    fn preview(&self, form: &Form, plan: &store::replay::Plan) -> Response<Full<Bytes>> {
+        let n = plan.eligible.len();
+        let content = html! {
+            p { "This would re-queue " strong { (n) } " deliveries under their idempotency keys. "
+                "Nothing has changed yet." }
+            @if plan.in_flight > 0 { p { "Left alone: " (plan.in_flight) " with an attempt running now." } }
+            @if plan.superseded > 0 { p { "Left alone: " (plan.superseded) " under ordering whose key has a version at least as new delivered." } }
+            @if plan.pruned > 0 { p { "Cannot replay " (plan.pruned) ": retention already dropped their payload." } }
+            @if n > 0 {
+                div.scroll { table {
+                    caption { "The first " (n.min(PREVIEWED)) " of " (n) }
+                    thead { tr { th scope="col" { "Delivery" } th scope="col" { "Event" } th scope="col" { "Source/target" } th scope="col" { "Event id" } th scope="col" { "State now" } } }
+                    tbody { @for d in plan.eligible.iter().take(PREVIEWED) { tr {
+                        td.num { (d.delivery) }
+                        td { a href={ "/events/" (d.event) } { (d.event) } }
+                        td { (escape(&d.source)) "/" (escape(&d.target)) }
+                        td.id { (escape(&d.event_id)) }
+                        td { (d.state) }
+                    } } }
+                } }
+                form method="post" action="/actions/replay" {
+                    (self.token())
+                    @for (k, v) in &form.0 {
+                        @if k != "csrf" && k != "confirm" { input type="hidden" name=(k) value=(v); }
+                    }
+                    input type="hidden" name="confirm" value=(n);
+                    button type="submit" { "Re-queue " (n) " deliveries" }
+                }
+            }
+            p { a href="/" { "Cancel" } }
+        };
+        respond(StatusCode::OK, self.layout("Replay: preview", content))
     }
 
     fn bad_form(&self, why: &str) -> Response<Full<Bytes>> {

@@ -235,7 +235,7 @@ impl Web {
         let name = name.to_ascii_lowercase();
         let ok = name.parse::<std::net::IpAddr>().is_ok()
             || name == "localhost"
-            || self.hosts.iter().any(|h| *h == name);
+            || self.hosts.contains(&name);
         ok.then_some(host)
     }
 
@@ -333,7 +333,8 @@ fn respond(status: StatusCode, markup: Markup) -> Response<Full<Bytes>> {
         .header(header::CONTENT_TYPE, "text/html; charset=utf-8")
         .header(header::CONTENT_SECURITY_POLICY, CSP)
         .header(header::X_CONTENT_TYPE_OPTIONS, "nosniff")
-        .header(header::REFERRER_POLICY, "no-referrer")
+        // Not `no-referrer`: with it browsers send `Origin: null` on our own POSTs.
+        .header(header::REFERRER_POLICY, "same-origin")
         .header(header::X_FRAME_OPTIONS, "DENY")
         .header(header::CACHE_CONTROL, "no-store")
         .body(Full::new(markup.into_string().into()))

@@ -42,6 +42,9 @@
 //!   certificate host: signature versions 1 and 2, pinned topics, certificate hosts,
 //!   subscription confirmation.
 //! - `scheme_props`: property tests: no header value makes a scheme panic or accept.
+//! - `web`: the web inbox in a real headless Chromium over WebDriver: filter, open an
+//!   event, its body, replay and pause with actions on, refused with them off; a provider's
+//!   `<script>` never runs; forged POSTs (no token, another Origin or Host) change nothing.
 //! - `fuzz_corpora`: every committed fuzz corpus file replayed through the fuzz harness
 //!   (signature parsers in process, raw HTTP bytes through the real service).
 
@@ -73,3 +76,4 @@ mod sink;
 mod sns;
 mod store_failure;
 mod support;
+mod web;
