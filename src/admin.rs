@@ -34,7 +34,7 @@ pub struct Admin {
     pub delivery: Arc<deliver::Health>,
     /// The memory budget for request bodies, for its gauge.
     pub budget: Arc<crate::receive::BodyBudget>,
-    pub web: crate::web::Web,
+    pub web: Arc<crate::web::Web>,
 }
 
 impl Admin {

@@ -1,62 +1,554 @@
 //! Conditions an operator should hear about without looking: a source gone silent, a
 //! target failing, signature rejections rising, new conflicts, new dead deliveries.
 //!
-//! This module holds the [`Board`] of conditions active now, which the web inbox shows as
-//! banners and `/metrics` as gauges.
+//! One task ([`run`]) judges them every few seconds from the inbox (through the read pool,
+//! with the same queries as the web inbox's overview, [`crate::store::stats`]) and from the
+//! rejection counters in [`Metrics`]. A condition that starts or ends is logged, shown on
+//! the [`Board`] (the web inbox's banners, the `/metrics` gauges), and, with `[[alerts]]`
+//! configured, committed to the inbox as an event of the internal source [`SOURCE`], whose
+//! targets are the alert targets: the delivery worker forwards it like any webhook, retried
+//! under one idempotency key until accepted, so an alert survives a restart.
+//!
+//! Invariant: nothing here touches the public listener or readiness. An alert is news for
+//! the operator; a failing app or a silent provider never makes hookinbox answer 503.
 
-use std::sync::RwLock;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde::Serialize;
+use tokio::sync::watch;
+
+use crate::clock;
+use crate::config::{Source, Target};
+use crate::metrics::{FailureLabels, Metrics};
+use crate::store::{self, read, stats, writer::Writer};
+
+/// The internal source alerts are stored and delivered under. A configured source cannot
+/// have this name (a '.' is not allowed in one), so the two never mix.
+pub const SOURCE: &str = "hookinbox.alerts";
+
+/// The window a failure share and a rejection count are judged over: long enough that a
+/// few attempts make a share, short enough that a recovery ends the alert soon.
+pub const RECENT: Duration = Duration::from_secs(10 * 60);
+/// A failure share needs this many attempts in [`RECENT`]: one failed retry is not news.
+pub const MIN_ATTEMPTS: i64 = 3;
+/// Signature rejections in [`RECENT`] that make a source's rejections *rising*: a rotated
+/// secret rejects every delivery, an attacker probes many times; a stray bad request is
+/// neither.
+pub const REJECTIONS: u64 = 10;
+/// How long new conflicts and new dead deliveries stay an active condition after the last
+/// one: the banner stays up for an hour, and the notification goes out once.
+pub const NEWS_FOR: Duration = Duration::from_secs(3600);
+/// How often conditions are judged at most and at least. Between, a quarter of the
+/// shortest `expect_every` or `alert_pending_age`, so a short threshold is noticed soon.
+const JUDGE_MAX: Duration = Duration::from_secs(15);
+const JUDGE_MIN: Duration = Duration::from_secs(1);
+
+/// The rejection reasons that are failed authentication (signature, timestamp, token).
+const AUTH_REASONS: [&str; 7] = [
+    "missing_header",
+    "malformed_header",
+    "no_match",
+    "timestamp_too_old",
+    "timestamp_too_new",
+    "bad_token",
+    "not_armed",
+];
 
 /// What kind of trouble a condition is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Kind {
-    /// No verified event from a source for longer than its `expect_every`.
-    Silent,
+    /// No new event from a source for longer than its `expect_every`.
+    SourceSilent,
     /// A target's failure share or oldest pending delivery over its threshold.
-    Failing,
-    /// Signature rejections on a source well above its usual.
-    Rejections,
-    /// Conflicts (same id, different bytes) arrived recently.
-    Conflicts,
-    /// Deliveries died recently.
-    Dead,
+    TargetFailing,
+    /// Signature rejections on a source: [`REJECTIONS`] within [`RECENT`].
+    RejectionsRising,
+    /// Conflicts (same id, different bytes) within [`NEWS_FOR`].
+    NewConflicts,
+    /// Deliveries that died within [`NEWS_FOR`].
+    NewDeadDeliveries,
 }
 
 impl Kind {
     /// The word in logs, metrics and notifications.
     pub fn word(self) -> &'static str {
         match self {
-            Kind::Silent => "source_silent",
-            Kind::Failing => "target_failing",
-            Kind::Rejections => "rejections_rising",
-            Kind::Conflicts => "new_conflicts",
-            Kind::Dead => "new_dead_deliveries",
+            Kind::SourceSilent => "source_silent",
+            Kind::TargetFailing => "target_failing",
+            Kind::RejectionsRising => "rejections_rising",
+            Kind::NewConflicts => "new_conflicts",
+            Kind::NewDeadDeliveries => "new_dead_deliveries",
         }
     }
 }
 
 /// One active condition.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Condition {
     pub kind: Kind,
-    /// The source, or `source/target`.
-    pub subject: String,
+    pub source: String,
+    /// For target conditions.
+    pub target: Option<String>,
     /// When it began (inbox time text).
     pub since: String,
     /// What is wrong, in words, with what to do.
     pub detail: String,
 }
 
-/// The conditions active now.
+impl Condition {
+    /// `source` or `source/target`.
+    pub fn subject(&self) -> String {
+        match &self.target {
+            Some(t) => format!("{}/{t}", self.source),
+            None => self.source.clone(),
+        }
+    }
+
+    fn same(&self, other: &Condition) -> bool {
+        self.kind == other.kind && self.source == other.source && self.target == other.target
+    }
+}
+
+/// What the thresholds are, from the configuration (replaced on reload).
+#[derive(Debug, Default, Clone)]
+struct Rules {
+    sources: Vec<(String, Option<Duration>)>,
+    /// (source, target, failure share, pending age).
+    targets: Vec<(String, String, f64, Duration)>,
+    /// Whether any `[[alerts]]` target is configured, and their names.
+    alert_targets: Vec<String>,
+}
+
+/// The conditions active now, and the rules they are judged by.
 #[derive(Debug, Default)]
 pub struct Board {
     active: RwLock<Vec<Condition>>,
+    rules: RwLock<Arc<Rules>>,
 }
 
 impl Board {
+    pub fn new(sources: &[Arc<Source>], alerts: &[Target]) -> Board {
+        let board = Board::default();
+        board.configure(sources, alerts);
+        board
+    }
+
+    /// Takes the thresholds of a (re)loaded configuration.
+    pub fn configure(&self, sources: &[Arc<Source>], alerts: &[Target]) {
+        let rules = Rules {
+            sources: sources
+                .iter()
+                .map(|s| (s.name.clone(), s.expect_every))
+                .collect(),
+            targets: sources
+                .iter()
+                .flat_map(|s| {
+                    s.targets.iter().map(|t| {
+                        (
+                            s.name.clone(),
+                            t.name.clone(),
+                            t.alert_failure_share,
+                            t.alert_pending_age,
+                        )
+                    })
+                })
+                .collect(),
+            alert_targets: alerts.iter().map(|t| t.name.clone()).collect(),
+        };
+        *self
+            .rules
+            .write()
+            .expect("no panics while holding the lock") = Arc::new(rules);
+    }
+
+    fn rules(&self) -> Arc<Rules> {
+        self.rules
+            .read()
+            .expect("no panics while holding the lock")
+            .clone()
+    }
+
     pub fn active(&self) -> Vec<Condition> {
         self.active
             .read()
             .expect("no panics while holding the lock")
             .clone()
+    }
+
+    /// How often to judge: a quarter of the shortest threshold, within bounds.
+    fn every(&self) -> Duration {
+        let rules = self.rules();
+        rules
+            .sources
+            .iter()
+            .filter_map(|(_, e)| *e)
+            .chain(rules.targets.iter().map(|t| t.3))
+            .map(|d| d / 4)
+            .min()
+            .unwrap_or(JUDGE_MAX)
+            .clamp(JUDGE_MIN, JUDGE_MAX)
+    }
+}
+
+/// One notification: the JSON body an alert target receives.
+#[derive(Debug, Serialize)]
+struct Notice<'a> {
+    /// `started` or `ended`.
+    state: &'static str,
+    alert: &'static str,
+    source: &'a str,
+    target: Option<&'a str>,
+    since: &'a str,
+    /// When it was noticed to start or end.
+    at: &'a str,
+    detail: &'a str,
+}
+
+/// Judges the conditions until `stop` turns true.
+pub async fn run(
+    board: Arc<Board>,
+    readers: read::Pool,
+    writer: Writer,
+    metrics: Arc<Metrics>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let started = SystemTime::now();
+    // Samples of each source's rejection count, oldest first, for the count within RECENT.
+    let mut rejections: VecDeque<(Instant, HashMap<String, u64>)> = VecDeque::new();
+    // Notifications not yet committed (the inbox refused a write): tried again next time.
+    let mut unsent: Vec<(Condition, &'static str, String)> = Vec::new();
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(board.every()) => {}
+            _ = stop.changed() => return,
+        }
+        let rules = board.rules();
+        let counts = rejection_counts(&metrics, &rules);
+        let now = Instant::now();
+        while rejections
+            .front()
+            .is_some_and(|(at, _)| now.duration_since(*at) > RECENT)
+        {
+            rejections.pop_front();
+        }
+        let oldest = rejections
+            .front()
+            .map(|(_, c)| c.clone())
+            .unwrap_or_default();
+        rejections.push_back((now, counts.clone()));
+        let rising: Vec<(String, u64)> = counts
+            .iter()
+            .map(|(s, n)| (s.clone(), n - oldest.get(s).copied().unwrap_or(0).min(*n)))
+            .filter(|(_, n)| *n >= REJECTIONS)
+            .collect();
+
+        let (pool, judged_rules) = (readers.clone(), rules.clone());
+        let judged = tokio::task::spawn_blocking(move || {
+            let conn = pool.get().map_err(|e| e.to_string())?;
+            judge(&conn, &judged_rules, started, &rising).map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r);
+        let observed = match judged {
+            Ok(observed) => observed,
+            Err(e) => {
+                tracing::warn!(error = %e, "judging alert conditions failed; will try again");
+                continue;
+            }
+        };
+        let at = clock::iso_now();
+        let previous = board.active();
+        let mut next = Vec::with_capacity(observed.len());
+        for mut c in observed {
+            match previous.iter().find(|p| p.same(&c)) {
+                // Still on: it began when it began, whatever the detail says now.
+                Some(p) => c.since = p.since.clone(),
+                None => {
+                    tracing::warn!(alert = c.kind.word(), subject = %c.subject(), since = %c.since,
+                        "alert: {}", c.detail);
+                    unsent.push((c.clone(), "started", at.clone()));
+                }
+            }
+            next.push(c);
+        }
+        for p in &previous {
+            if !next.iter().any(|c| c.same(p)) {
+                tracing::info!(alert = p.kind.word(), subject = %p.subject(), since = %p.since,
+                    "alert ended");
+                unsent.push((p.clone(), "ended", at.clone()));
+            }
+        }
+        *board
+            .active
+            .write()
+            .expect("no panics while holding the lock") = next;
+        if rules.alert_targets.is_empty() {
+            unsent.clear();
+        } else if !unsent.is_empty() {
+            let batch = std::mem::take(&mut unsent);
+            let targets = rules.alert_targets.clone();
+            let events: Vec<store::ingest::NewEvent> = batch
+                .iter()
+                .map(|(c, state, at)| notice(c, state, at, &targets))
+                .collect();
+            let stored = writer
+                .job(move |conn, now| {
+                    events
+                        .iter()
+                        .map(|e| store::ingest::store(conn, e, now))
+                        .collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .await;
+            match stored {
+                Ok(_) => writer.commits().committed(SOURCE),
+                Err(e) => {
+                    tracing::warn!(error = %e, notices = batch.len(),
+                        "could not store alert notifications; will try again");
+                    unsent = batch;
+                }
+            }
+        }
+    }
+}
+
+/// Each source's signature rejections so far, from the counters `/metrics` exports.
+fn rejection_counts(metrics: &Metrics, rules: &Rules) -> HashMap<String, u64> {
+    rules
+        .sources
+        .iter()
+        .map(|(source, _)| {
+            let n = AUTH_REASONS
+                .iter()
+                .map(|reason| {
+                    metrics
+                        .signature_failures
+                        .get_or_create(&FailureLabels {
+                            source: source.clone(),
+                            reason,
+                        })
+                        .get()
+                })
+                .sum();
+            (source.clone(), n)
+        })
+        .collect()
+}
+
+/// The conditions that hold now.
+fn judge(
+    conn: &rusqlite::Connection,
+    rules: &Rules,
+    started: SystemTime,
+    rising: &[(String, u64)],
+) -> anyhow::Result<Vec<Condition>> {
+    let now = SystemTime::now();
+    let mut out = Vec::new();
+    let age = |iso: &str| {
+        humantime::parse_rfc3339(iso)
+            .ok()
+            .and_then(|t| now.duration_since(t).ok())
+            .unwrap_or_default()
+    };
+    let words = |d: Duration| humantime::format_duration(Duration::from_secs(d.as_secs()));
+
+    let expecting: Vec<String> = rules
+        .sources
+        .iter()
+        .filter(|(_, e)| e.is_some())
+        .map(|(s, _)| s.clone())
+        .collect();
+    let since_recent = clock::iso(now - RECENT);
+    for s in stats::sources(conn, &expecting, &since_recent)? {
+        let Some(every) = rules
+            .sources
+            .iter()
+            .find(|(n, _)| *n == s.source)
+            .and_then(|(_, e)| *e)
+        else {
+            continue;
+        };
+        // Quiet since the last event, or since this process started if there never was one
+        // (a new source is not silent before it had the time to speak). Not the later of
+        // the two: a restart must neither hide a silence nor move its start.
+        let last = s
+            .last_received
+            .as_deref()
+            .and_then(|t| humantime::parse_rfc3339(t).ok())
+            .unwrap_or(started);
+        if now.duration_since(last).unwrap_or_default() > every {
+            out.push(Condition {
+                kind: Kind::SourceSilent,
+                source: s.source.clone(),
+                target: None,
+                // Derived from the inbox, so the same silence has the same start after a
+                // restart, and its notification the same event id.
+                since: clock::iso(last + every),
+                detail: format!(
+                    "no new event for more than {} (expect_every); check the provider's webhook \
+                     settings and rejections (`journalctl -u hookinbox`)",
+                    words(every)
+                ),
+            });
+        }
+    }
+
+    let pairs: Vec<(String, String)> = rules
+        .targets
+        .iter()
+        .map(|(s, t, _, _)| (s.clone(), t.clone()))
+        .collect();
+    let paused = store::pause::all(conn)?;
+    let at = clock::iso(now);
+    for t in stats::targets(conn, &pairs, &since_recent)? {
+        // A paused target holds its deliveries on purpose; it is not failing.
+        if paused
+            .iter()
+            .any(|p| p.source == t.source && p.target == t.target)
+        {
+            continue;
+        }
+        let Some((_, _, share, pending_age)) = rules
+            .targets
+            .iter()
+            .find(|(s, n, _, _)| *s == t.source && *n == t.target)
+        else {
+            continue;
+        };
+        let failing_share = t
+            .failure_share()
+            .filter(|f| t.attempts >= MIN_ATTEMPTS && f >= share);
+        let waited = t.oldest_pending.as_deref().map(age);
+        let detail = match (failing_share, waited) {
+            (Some(f), _) => format!(
+                "{:.0}% of {} attempts in the last {} failed; `hookinbox show` on a recent \
+                 event shows the target's answers",
+                f * 100.0,
+                t.attempts,
+                words(RECENT)
+            ),
+            (None, Some(w)) if w > *pending_age => format!(
+                "the oldest pending delivery has waited {} ({} pending); is the app up?",
+                words(w),
+                t.pending
+            ),
+            _ => continue,
+        };
+        out.push(Condition {
+            kind: Kind::TargetFailing,
+            source: t.source.clone(),
+            target: Some(t.target.clone()),
+            since: at.clone(),
+            detail,
+        });
+    }
+
+    for (source, n) in rising {
+        out.push(Condition {
+            kind: Kind::RejectionsRising,
+            source: source.clone(),
+            target: None,
+            since: at.clone(),
+            detail: format!(
+                "{n} requests failed signature or timestamp checks in the last {}: a rotated \
+                 secret, a wrong clock, or someone probing; `hookinbox_signature_failures_total` \
+                 has the reasons",
+                words(RECENT)
+            ),
+        });
+    }
+
+    let news_since = clock::iso(now - NEWS_FOR);
+    let mut stmt = conn.prepare_cached(
+        "SELECT source, count(*), min(last_seen_at) FROM conflicts
+          WHERE last_seen_at >= ?1 GROUP BY source ORDER BY source",
+    )?;
+    for row in stmt.query_map([&news_since], |r| {
+        Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get(2)?))
+    })? {
+        let (source, n, first) = row?;
+        if source == SOURCE {
+            continue;
+        }
+        out.push(Condition {
+            kind: Kind::NewConflicts,
+            source: source.clone(),
+            target: None,
+            since: first,
+            detail: format!(
+                "{n} requests reused a stored event's id with different bytes in the last {}; \
+                 they are quarantined: `hookinbox conflicts --source {source}`",
+                words(NEWS_FOR)
+            ),
+        });
+    }
+    let mut stmt = conn.prepare_cached(
+        "SELECT source, target, count(*), min(updated_at) FROM deliveries
+          WHERE state = 'dead' AND updated_at >= ?1 GROUP BY 1, 2 ORDER BY 1, 2",
+    )?;
+    for row in stmt.query_map([&news_since], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, i64>(2)?,
+            r.get(3)?,
+        ))
+    })? {
+        let (source, target, n, first) = row?;
+        out.push(Condition {
+            kind: Kind::NewDeadDeliveries,
+            detail: format!(
+                "{n} deliveries gave up in the last {}: `hookinbox dead --source {source} \
+                 --target {target}`, then `hookinbox replay --dead` once the app is fixed",
+                words(NEWS_FOR)
+            ),
+            source,
+            target: Some(target),
+            since: first,
+        });
+    }
+    Ok(out)
+}
+
+/// The inbox event that carries one notification to every alert target. Its id names the
+/// condition, its start and the change, so a notification stored twice (a restart during
+/// the same silence) is one event, delivered once.
+fn notice(
+    c: &Condition,
+    state: &'static str,
+    at: &str,
+    targets: &[String],
+) -> store::ingest::NewEvent {
+    let body = serde_json::to_vec(&Notice {
+        state,
+        alert: c.kind.word(),
+        source: &c.source,
+        target: c.target.as_deref(),
+        since: &c.since,
+        at,
+        detail: &c.detail,
+    })
+    .expect("a notice serializes");
+    let event_id = format!("{}:{}:{}:{state}", c.kind.word(), c.subject(), c.since);
+    store::ingest::NewEvent {
+        source: SOURCE.into(),
+        account: "".into(),
+        sha256_hex: hex::encode(ring::digest::digest(&ring::digest::SHA256, &body)),
+        body: body.into(),
+        body_is_text: true,
+        headers: r#"[["content-type","application/json"]]"#.into(),
+        event_type: Some(format!("alert.{state}")),
+        provider_time: None,
+        deliveries: targets
+            .iter()
+            .map(|t| (t.clone(), store::idempotency_key(SOURCE, "", &event_id, t)))
+            .collect(),
+        event_id,
+        order: None,
+        remote_addr: "hookinbox".into(),
+        memory: None,
     }
 }

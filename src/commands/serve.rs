@@ -32,10 +32,19 @@ use crate::store::{self, retention};
 
 /// Marks dead the pending deliveries of targets no longer configured (see
 /// [`queue::retire_unknown_targets`]).
-async fn retire_unknown_targets(writer: &Writer, sources: &[Arc<Source>]) -> anyhow::Result<()> {
+async fn retire_unknown_targets(
+    writer: &Writer,
+    sources: &[Arc<Source>],
+    alerts: &[config::Target],
+) -> anyhow::Result<()> {
     let pairs: Vec<(String, String)> = sources
         .iter()
         .flat_map(|s| s.targets.iter().map(|t| (s.name.clone(), t.name.clone())))
+        .chain(
+            alerts
+                .iter()
+                .map(|t| (crate::alerts::SOURCE.to_owned(), t.name.clone())),
+        )
         .collect();
     let n = writer
         .job(move |conn, now| store::queue::retire_unknown_targets(conn, &pairs, now))
@@ -118,6 +127,8 @@ pub struct Running {
     writer: Writer,
     delivery: Arc<deliver::Health>,
     retention: retention::Settings,
+    web: Arc<crate::web::Web>,
+    board: Arc<crate::alerts::Board>,
     tls: Option<tls::Acceptor>,
     /// What a reload cannot change without a restart.
     restart_only: config::RestartOnly,
@@ -134,10 +145,11 @@ impl Running {
             receiver,
             deliverer,
             writer,
+            web,
             ..
         } = self;
         // These hold writer handles: the writer closes the inbox once the last one is gone.
-        drop((receiver, deliverer, writer));
+        drop((receiver, deliverer, writer, web));
         let _ = stop.send(());
         let _ = done.await;
     }
@@ -186,7 +198,8 @@ impl Running {
             _ => None,
         };
         let sources: Vec<Arc<Source>> = config.sources.into_iter().map(Arc::new).collect();
-        let planned = Deliverer::plan(&sources).context("setting up the delivery targets")?;
+        let planned =
+            Deliverer::plan(&sources, &config.alerts).context("setting up the delivery targets")?;
         let mut deliverer = self.deliverer.lock().await;
         let Some(deliverer) = deliverer.as_mut() else {
             anyhow::bail!("shutting down");
@@ -194,7 +207,7 @@ impl Running {
         // The last fallible step. Done before the switch, the old loops may still be
         // finishing attempts of a removed target; they record those, and claim nothing
         // retired.
-        retire_unknown_targets(&self.writer, &sources)
+        retire_unknown_targets(&self.writer, &sources, &config.alerts)
             .await
             .context("retiring the deliveries of removed targets")?;
 
@@ -205,6 +218,8 @@ impl Running {
             acceptor.swap(tls_config);
         }
         self.retention.replace(&sources);
+        self.web.reload(&sources);
+        self.board.configure(&sources, &config.alerts);
         let targets: usize = sources.iter().map(|s| s.targets.len()).sum();
         let mut applied = format!("{} sources with {targets} targets", sources.len());
         if !needs_restart.is_empty() {
@@ -294,9 +309,15 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let readers = store::read::pool(&store_path);
     let restart_only = config.restart_only();
     let sources: Vec<Arc<Source>> = config.sources.into_iter().map(Arc::new).collect();
-    retire_unknown_targets(&writer, &sources).await?;
-    let deliverer = Deliverer::start(&sources, writer.clone(), readers.clone(), metrics.clone())
-        .context("setting up the delivery targets")?;
+    retire_unknown_targets(&writer, &sources, &config.alerts).await?;
+    let deliverer = Deliverer::start(
+        &sources,
+        &config.alerts,
+        writer.clone(),
+        readers.clone(),
+        metrics.clone(),
+    )
+    .context("setting up the delivery targets")?;
     let delivery_health = deliverer.health();
     let delivery = delivery_health.clone();
     let writer_handle = writer.clone();
@@ -307,7 +328,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         writer.clone(),
         retention.clone(),
         config.store.retention_interval,
-        retention_stopped,
+        retention_stopped.clone(),
     ));
     let budget = Arc::new(BodyBudget::new(config.server.body_budget));
     let learnt = writer
@@ -323,16 +344,24 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         learnt,
         crate::receive::fetch::Fetcher::default(),
     ));
-    let board = Arc::new(crate::alerts::Board::default());
+    let board = Arc::new(crate::alerts::Board::new(&sources, &config.alerts));
+    let alerts_task = tokio::spawn(crate::alerts::run(
+        board.clone(),
+        readers.clone(),
+        writer.clone(),
+        metrics.clone(),
+        retention_stopped.clone(),
+    ));
+    let web = Arc::new(crate::web::Web::new(
+        readers.clone(),
+        writer.clone(),
+        &config.admin,
+        &sources,
+        board.clone(),
+    ));
     let admin_handler = Arc::new(Admin {
         metrics: metrics.clone(),
-        web: crate::web::Web::new(
-            readers.clone(),
-            writer.clone(),
-            &config.admin,
-            &sources,
-            board.clone(),
-        ),
+        web: web.clone(),
         writer,
         readers,
         inbox: store_path.clone(),
@@ -363,7 +392,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
                 d.shutdown().await;
             }
         };
-        let ((), _, _) = tokio::join!(drain, public_task, retention_task);
+        let ((), _, _, _) = tokio::join!(drain, public_task, retention_task, alerts_task);
         let _ = admin_stop.send(());
         let _ = admin_task.await;
         // Every Writer handle is gone with the listeners' handlers and the worker: the
@@ -390,6 +419,8 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         writer: writer_handle,
         delivery,
         retention,
+        web,
+        board,
         tls,
         restart_only,
         stop,

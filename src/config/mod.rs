@@ -89,6 +89,9 @@ pub struct Config {
     pub admin: Admin,
     pub store: Store,
     pub sources: Vec<Source>,
+    /// `[[alerts]]`: where alerts are delivered, as targets of the internal source
+    /// [`crate::alerts::SOURCE`].
+    pub alerts: Vec<Target>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,6 +169,8 @@ pub struct Source {
     pub on_conflict: StatusCode,
     pub keep_payload: Duration,
     pub keep_identity: Duration,
+    /// When set, the source is *silent* (an alert) after this long without a new event.
+    pub expect_every: Option<Duration>,
     pub targets: Vec<Target>,
     pub order: Option<Order>,
     /// Where each secret came from, for `check`'s warnings.
@@ -187,7 +192,18 @@ pub struct Target {
     pub lease: Duration,
     /// When set, forwarded requests carry a Standard Webhooks signature made with it.
     pub sign_secret: Option<Secret>,
+    /// The target is *failing* (an alert) when this share of its recent attempts failed…
+    pub alert_failure_share: f64,
+    /// …or its oldest pending delivery is older than this.
+    pub alert_pending_age: Duration,
 }
+
+/// A target is failing when half its attempts of the last minutes failed: one flaky
+/// answer is not an alert, an app that refuses most of what it gets is.
+pub const DEFAULT_ALERT_FAILURE_SHARE: f64 = 0.5;
+/// …or when a delivery has waited this long: well past the first retries of the default
+/// schedule, short enough that an operator hears of it before a provider's own alarm.
+pub const DEFAULT_ALERT_PENDING_AGE: Duration = Duration::from_secs(15 * 60);
 
 /// How much longer than the attempt timeout a lease lasts by default: time to record the
 /// result after the attempt ended.

@@ -19,6 +19,10 @@ pub(super) struct RawConfig {
     pub(super) store: RawStore,
     #[serde(default)]
     pub(super) sources: Vec<RawSource>,
+    /// Where alerts are sent: targets of their own, under the internal source
+    /// [`crate::alerts::SOURCE`].
+    #[serde(default)]
+    pub(super) alerts: Vec<RawTarget>,
 }
 
 #[derive(Deserialize)]
@@ -113,6 +117,8 @@ pub(super) struct RawSource {
     pub(super) keep_payload: Duration,
     #[serde(default = "default_keep_identity", deserialize_with = "de_duration")]
     pub(super) keep_identity: Duration,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub(super) expect_every: Option<Duration>,
     /// Overrides the scheme's event id: a header name…
     #[serde(default)]
     pub(super) id_header: Option<String>,
@@ -158,6 +164,20 @@ pub(super) struct RawTarget {
     pub(super) sign_secret: Option<String>,
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub(super) lease: Option<Duration>,
+    #[serde(default = "default_alert_failure_share")]
+    pub(super) alert_failure_share: f64,
+    #[serde(
+        default = "default_alert_pending_age",
+        deserialize_with = "de_duration"
+    )]
+    pub(super) alert_pending_age: Duration,
+}
+
+pub(super) fn default_alert_failure_share() -> f64 {
+    DEFAULT_ALERT_FAILURE_SHARE
+}
+pub(super) fn default_alert_pending_age() -> Duration {
+    DEFAULT_ALERT_PENDING_AGE
 }
 
 pub(super) fn default_listen() -> SocketAddr {

@@ -140,6 +140,20 @@ pub(super) fn validate(
         }
         sources.push(validate_source(rs, &at, &paths)?);
     }
+    let mut alert_names = HashSet::new();
+    let mut alerts = Vec::with_capacity(raw.alerts.len());
+    for (i, rt) in raw.alerts.into_iter().enumerate() {
+        let at = format!("alerts[{i}] ({:?})", rt.name);
+        if !valid_name(&rt.name) {
+            return Err(format!(
+                "{at}.name must be 1-64 characters of a-z, 0-9, '-' or '_'"
+            ));
+        }
+        if !alert_names.insert(rt.name.clone()) {
+            return Err(format!("{at}.name is used by two alert targets"));
+        }
+        alerts.push(validate_target(rt, &at, &paths)?);
+    }
     Ok(Config {
         path: path.to_owned(),
         server: Server {
@@ -163,8 +177,13 @@ pub(super) fn validate(
             retention_interval: raw.store.retention_interval,
         },
         sources,
+        alerts,
     })
 }
+
+/// The shortest `expect_every` and `alert_pending_age`: alerts are judged at most once a
+/// second.
+const MIN_EXPECT_EVERY: Duration = Duration::from_secs(1);
 
 fn validate_source(rs: RawSource, at: &str, paths: &Paths) -> Result<Source, String> {
     let Some(scheme_name) = rs.scheme else {
@@ -242,6 +261,16 @@ fn validate_source(rs: RawSource, at: &str, paths: &Paths) -> Result<Source, Str
         on_conflict,
         keep_payload: rs.keep_payload,
         keep_identity: rs.keep_identity,
+        expect_every: match rs.expect_every {
+            Some(d) if d < MIN_EXPECT_EVERY => {
+                return Err(format!(
+                    "{at}.expect_every must be at least {} (an hour or a day suits most \
+                     providers)",
+                    humantime::format_duration(MIN_EXPECT_EVERY)
+                ));
+            }
+            other => other,
+        },
         targets,
         order: rs.order,
         secret_origins,
@@ -299,6 +328,18 @@ fn validate_target(rt: RawTarget, at: &str, paths: &Paths) -> Result<Target, Str
     if retry.iter().any(|d| *d > MAX_RETRY_DELAY) {
         return Err(format!("{at}.retry: each wait must be at most 7d"));
     }
+    if !(rt.alert_failure_share > 0.0 && rt.alert_failure_share <= 1.0) {
+        return Err(format!(
+            "{at}.alert_failure_share must be more than 0 and at most 1 (0.5: half the \
+             recent attempts failed)"
+        ));
+    }
+    if rt.alert_pending_age < MIN_EXPECT_EVERY {
+        return Err(format!(
+            "{at}.alert_pending_age must be at least {}",
+            humantime::format_duration(MIN_EXPECT_EVERY)
+        ));
+    }
     if rt.sign_secret.is_some() && matches!(kind, TargetKind::Command(_)) {
         return Err(format!(
             "{at}.sign_secret is for url targets; a command runs locally and gets its metadata \
@@ -324,6 +365,8 @@ fn validate_target(rt: RawTarget, at: &str, paths: &Paths) -> Result<Target, Str
         concurrency: rt.concurrency,
         lease,
         sign_secret,
+        alert_failure_share: rt.alert_failure_share,
+        alert_pending_age: rt.alert_pending_age,
     })
 }
 

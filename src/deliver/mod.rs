@@ -135,7 +135,8 @@ struct TargetRun {
 }
 
 impl TargetRun {
-    fn new(source: &Source, t: &Target) -> anyhow::Result<TargetRun> {
+    /// `source` names the target's source; `ordered`, whether that source orders its events.
+    fn new(source: &str, ordered: bool, t: &Target) -> anyhow::Result<TargetRun> {
         let sender = match &t.kind {
             TargetKind::Url(url) => {
                 let key = t
@@ -152,13 +153,13 @@ impl TargetRun {
             TargetKind::Command(argv) => Sender::Command(argv.clone()),
         };
         Ok(TargetRun {
-            source: source.name.clone(),
+            source: source.to_owned(),
             name: t.name.clone(),
             timeout: t.timeout,
             retry: t.retry.clone(),
             concurrency: t.concurrency,
             lease: t.lease,
-            ordered: source.order.is_some(),
+            ordered,
             sender,
         })
     }
@@ -259,6 +260,7 @@ impl Deliverer {
     /// source's commits are announced through the writer.
     pub fn start(
         sources: &[Arc<Source>],
+        alerts: &[Target],
         writer: Writer,
         readers: read::Pool,
         metrics: Arc<Metrics>,
@@ -269,7 +271,7 @@ impl Deliverer {
             metrics,
         };
         let health = Arc::new(Health::default());
-        let current = Self::spawn(Self::plan(sources)?, Vec::new(), &shared, &health);
+        let current = Self::spawn(Self::plan(sources, alerts)?, Vec::new(), &shared, &health);
         Ok(Deliverer {
             shared,
             current,
@@ -280,13 +282,25 @@ impl Deliverer {
 
     /// Everything about a configuration's targets that can fail (an HTTP client, a signing
     /// key), done before any loop starts, so that a reload either switches whole or not
-    /// at all.
-    pub fn plan(sources: &[Arc<Source>]) -> anyhow::Result<Planned> {
+    /// at all. The `[[alerts]]` targets are targets of the internal source
+    /// [`crate::alerts::SOURCE`], delivered like any other.
+    pub fn plan(sources: &[Arc<Source>], alerts: &[Target]) -> anyhow::Result<Planned> {
         let mut runs = Vec::new();
         for source in sources {
             for target in &source.targets {
-                runs.push(Arc::new(TargetRun::new(source, target)?));
+                runs.push(Arc::new(TargetRun::new(
+                    &source.name,
+                    source.order.is_some(),
+                    target,
+                )?));
             }
+        }
+        for target in alerts {
+            runs.push(Arc::new(TargetRun::new(
+                crate::alerts::SOURCE,
+                false,
+                target,
+            )?));
         }
         Ok(Planned(runs))
     }

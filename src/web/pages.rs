@@ -244,7 +244,7 @@ impl Page<'_> {
                         section.banners aria-label="Alerts" {
                             @for c in &active {
                                 div.banner role="alert" {
-                                    strong { (c.kind.word()) " · " (p(&c.subject)) }
+                                    strong { (c.kind.word()) " · " (p(&c.subject())) }
                                     " since " (time(&c.since)) ": " (c.detail)
                                 }
                             }

@@ -42,12 +42,16 @@
 //!   certificate host: signature versions 1 and 2, pinned topics, certificate hosts,
 //!   subscription confirmation.
 //! - `scheme_props`: property tests: no header value makes a scheme panic or accept.
+//! - `alerts`: a silent source, a failing target, dead deliveries, rising rejections and
+//!   conflicts are each POSTed to an `[[alerts]]` sink and shown as a banner; a notification
+//!   pending at a restart is delivered after it, once.
 //! - `web`: the web inbox in a real headless Chromium over WebDriver: filter, open an
 //!   event, its body, replay and pause with actions on, refused with them off; a provider's
 //!   `<script>` never runs; forged POSTs (no token, another Origin or Host) change nothing.
 //! - `fuzz_corpora`: every committed fuzz corpus file replayed through the fuzz harness
 //!   (signature parsers in process, raw HTTP bytes through the real service).
 
+mod alerts;
 mod cli;
 mod crash;
 mod dedup;

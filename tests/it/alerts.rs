@@ -1,0 +1,257 @@
+//! Being told: a silent source, a failing target, rising rejections, new conflicts and new
+//! dead deliveries each become a notification POSTed to an `[[alerts]]` target (a real
+//! sink), a banner in the web inbox, and an end notice once they clear. Notifications are
+//! inbox events delivered by the delivery worker, so one still pending at a restart is
+//! delivered after it, under its one key.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::sink::{Reply, Sink};
+use crate::support::*;
+
+/// The notifications the alert sink has received, parsed.
+fn notices(sink: &Sink) -> Vec<(Value, String)> {
+    sink.received()
+        .iter()
+        .map(|r| {
+            (
+                serde_json::from_slice(&r.body).expect("a notification is JSON"),
+                r.key().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Waits (up to a minute: conditions are judged every second or so) until a notification
+/// matching `alert`, `state` and `subject` has arrived, and returns it.
+async fn wait_for_notice(sink: &Sink, alert: &str, state: &str, source: &str) -> Value {
+    for _ in 0..600 {
+        if let Some((n, _)) = notices(sink)
+            .into_iter()
+            .find(|(n, _)| n["alert"] == alert && n["state"] == state && n["source"] == source)
+        {
+            return n;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "no {alert} {state} notice for {source}; received: {:?}",
+        notices(sink)
+    );
+}
+
+fn alerts_table(url: &str) -> String {
+    format!(
+        r#"
+[[alerts]]
+name = "ops"
+url = "{url}"
+retry = ["1s"]
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_silent_source_is_announced_shown_and_cleared() {
+    let sink = Sink::start(|_, _| Reply::Status(200)).await;
+    let sources = format!(
+        r#"
+[[sources]]
+name = "sw"
+scheme = "standard-webhooks"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+expect_every = "2s"
+{}"#,
+        alerts_table(&sink.url())
+    );
+    let server = TestServer::start(&sources).await;
+    let started = wait_for_notice(&sink, "source_silent", "started", "sw").await;
+    assert!(
+        started["detail"].as_str().unwrap().contains("expect_every"),
+        "{started}"
+    );
+    // The web inbox shows it on every page while it lasts.
+    let page = server
+        .client
+        .get(format!("{}/events", server.admin))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("role=\"alert\"") && page.contains("source_silent"),
+        "{page}"
+    );
+
+    // An event ends the silence.
+    let body = event_body("evt_1", "");
+    assert_eq!(
+        server
+            .post("sw", &server.sign("sw", "evt_1", &body))
+            .await
+            .0,
+        200
+    );
+    wait_for_notice(&sink, "source_silent", "ended", "sw").await;
+    // Each notice is an inbox event of the internal source, delivered under its own key.
+    let keys: Vec<String> = notices(&sink).into_iter().map(|(_, k)| k).collect();
+    assert!(keys.len() >= 2);
+    assert_ne!(keys[0], keys[1]);
+    assert!(
+        server.count("SELECT count(*) FROM events WHERE source = 'hookinbox.alerts'") >= 2,
+        "notifications are stored in the inbox"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn failing_targets_dead_deliveries_rejections_and_conflicts_are_announced() {
+    let alerts = Sink::start(|_, _| Reply::Status(200)).await;
+    let app = Sink::start(|_, _| Reply::Status(500)).await;
+    let sources = format!(
+        "{}{}",
+        forwarding(&app.url(), "retry = []"),
+        alerts_table(&alerts.url())
+    );
+    let server = TestServer::start(&sources).await;
+    for i in 0..3 {
+        let id = format!("evt_{i}");
+        let body = event_body(&id, "");
+        assert_eq!(
+            server.post("sw", &server.sign("sw", &id, &body)).await.0,
+            200
+        );
+    }
+    // Same id, other bytes: quarantined.
+    let other = event_body("evt_0", r#","changed":true"#);
+    assert_eq!(
+        server
+            .post("sw", &server.sign("sw", "evt_0", &other))
+            .await
+            .0,
+        409
+    );
+    // A burst of bad signatures, as after a secret was rotated at the provider only.
+    for i in 0..12 {
+        let id = format!("evt_bad_{i}");
+        let mut req = server.sign("sw", &id, &event_body(&id, ""));
+        req.set(
+            "webhook-signature",
+            "v1,AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
+        );
+        assert_eq!(server.post("sw", &req).await.0, 401);
+    }
+    let failing = wait_for_notice(&alerts, "target_failing", "started", "sw").await;
+    assert_eq!(failing["target"], "app");
+    assert!(
+        failing["detail"].as_str().unwrap().contains("100%"),
+        "{failing}"
+    );
+    let dead = wait_for_notice(&alerts, "new_dead_deliveries", "started", "sw").await;
+    assert!(
+        dead["detail"].as_str().unwrap().starts_with("3 deliveries"),
+        "{dead}"
+    );
+    wait_for_notice(&alerts, "rejections_rising", "started", "sw").await;
+    wait_for_notice(&alerts, "new_conflicts", "started", "sw").await;
+    // Nothing of this makes the public side refuse webhooks.
+    let body = event_body("evt_after", "");
+    assert_eq!(
+        server
+            .post("sw", &server.sign("sw", "evt_after", &body))
+            .await
+            .0,
+        200
+    );
+    let ready = server
+        .client
+        .get(format!("{}/readyz", server.admin))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status().as_u16(), 200);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_notification_pending_at_a_restart_is_delivered_after_it_once() {
+    let up = Arc::new(AtomicBool::new(false));
+    let flag = up.clone();
+    let alerts = Sink::start(move |_, _| {
+        Reply::Status(if flag.load(Ordering::SeqCst) {
+            200
+        } else {
+            503
+        })
+    })
+    .await;
+    let sources = format!(
+        r#"
+[[sources]]
+name = "sw"
+scheme = "standard-webhooks"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+expect_every = "2s"
+{}"#,
+        alerts_table(&alerts.url())
+    );
+    let keep = tempfile::tempdir().unwrap();
+    let db = keep.path().join("inbox.db");
+    let server =
+        TestServer::start_at(tempfile::tempdir().unwrap(), db.clone(), SERVER, &sources).await;
+    // An event, then silence: the silence starts 2 s after the event, whoever judges it.
+    let body = event_body("evt_1", "");
+    assert_eq!(
+        server
+            .post("sw", &server.sign("sw", "evt_1", &body))
+            .await
+            .0,
+        200
+    );
+    wait_for_notice(&alerts, "source_silent", "started", "sw").await;
+    assert_eq!(
+        server.count(
+            "SELECT count(*) FROM deliveries WHERE source = 'hookinbox.alerts' AND state = 'pending'"
+        ),
+        1,
+        "the refused notification waits for its retry"
+    );
+    server.stop().await;
+
+    up.store(true, Ordering::SeqCst);
+    let server =
+        TestServer::start_at(tempfile::tempdir().unwrap(), db.clone(), SERVER, &sources).await;
+    wait_for_count(
+        &server.read(),
+        "SELECT count(*) FROM deliveries WHERE source = 'hookinbox.alerts' AND state = 'delivered'",
+        1,
+    )
+    .await;
+    // Judged again after the restart, the same silence is the same event: not a second
+    // notification.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let started: Vec<String> = notices(&alerts)
+        .into_iter()
+        .filter(|(n, _)| n["alert"] == "source_silent" && n["state"] == "started")
+        .map(|(_, k)| k)
+        .collect();
+    assert!(
+        started.len() >= 2,
+        "refused once, then accepted: {started:?}"
+    );
+    assert!(
+        started.iter().all(|k| *k == started[0]),
+        "one notification under one key: {started:?}"
+    );
+    assert_eq!(
+        server.count("SELECT count(*) FROM events WHERE source = 'hookinbox.alerts'"),
+        1
+    );
+    server.stop().await;
+}
