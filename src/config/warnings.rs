@@ -103,9 +103,18 @@ impl Config {
         }
         if !self.admin.listen.ip().is_loopback() {
             out.push(format!(
-                "admin.listen {} is not a loopback address; /metrics and /readyz should not be public",
+                "admin.listen {} is not a loopback address; /metrics, /readyz and the web inbox \
+                 (every stored body) should not be public: browse it through an SSH tunnel \
+                 (ssh -L 9180:127.0.0.1:9180 vm) or a proxy that authenticates",
                 self.admin.listen
             ));
+            if self.admin.actions {
+                out.push(
+                    "admin.actions = true on a listener that is not loopback: anyone who reaches \
+                     it can replay deliveries and pause targets"
+                        .into(),
+                );
+            }
         }
         out
     }
@@ -126,6 +135,13 @@ impl Config {
                 {
                     out.push(format!("source {:?} target {:?}: {e}", s.name, t.name));
                 }
+            }
+        }
+        for t in &self.alerts {
+            if let TargetKind::Command(argv) = &t.kind
+                && let Err(e) = program_problem(&argv[0])
+            {
+                out.push(format!("alert target {:?}: {e}", t.name));
             }
         }
         // The unit's user matters only for the file the unit serves: a quick start run as

@@ -54,14 +54,25 @@ pub struct Settings(Arc<RwLock<Arc<Vec<Rule>>>>);
 
 impl Settings {
     pub fn new(sources: &[Arc<Source>]) -> Settings {
-        Settings(Arc::new(RwLock::new(Arc::new(
-            sources.iter().map(|s| Rule::of(s)).collect(),
-        ))))
+        Settings(Arc::new(RwLock::new(Arc::new(Self::of(sources)))))
     }
 
     pub fn replace(&self, sources: &[Arc<Source>]) {
-        *self.0.write().expect("no panics while holding the lock") =
-            Arc::new(sources.iter().map(|s| Rule::of(s)).collect());
+        *self.0.write().expect("no panics while holding the lock") = Arc::new(Self::of(sources));
+    }
+
+    /// Each source's rule, and the default windows for the alert notifications'
+    /// internal source.
+    fn of(sources: &[Arc<Source>]) -> Vec<Rule> {
+        sources
+            .iter()
+            .map(|s| Rule::of(s))
+            .chain([Rule {
+                source: crate::alerts::SOURCE.to_owned(),
+                keep_payload: crate::config::DEFAULT_KEEP_PAYLOAD,
+                keep_identity: crate::config::DEFAULT_KEEP_IDENTITY,
+            }])
+            .collect()
     }
 
     pub fn rules(&self) -> Arc<Vec<Rule>> {
