@@ -453,9 +453,10 @@ fn judge(
             target: None,
             since: at.clone(),
             detail: format!(
-                "{n} requests failed signature or timestamp checks in the last {}: a rotated \
-                 secret, a wrong clock, or someone probing; `hookinbox_signature_failures_total` \
-                 has the reasons",
+                "{} failed signature or timestamp checks in the last {}: a rotated secret, a \
+                 wrong clock, or someone probing; `hookinbox_signature_failures_total` has the \
+                 reasons",
+                count(*n as i64, "request", "requests"),
                 words(RECENT)
             ),
         });
@@ -479,8 +480,9 @@ fn judge(
             target: None,
             since: first,
             detail: format!(
-                "{n} requests reused a stored event's id with different bytes in the last {}; \
-                 they are quarantined: `hookinbox conflicts --source {source}`",
+                "{} reused a stored event's id with different bytes in the last {}; quarantined, \
+                 never forwarded: `hookinbox conflicts --source {source}`",
+                count(n, "request", "requests"),
                 words(NEWS_FOR)
             ),
         });
@@ -501,8 +503,9 @@ fn judge(
         out.push(Condition {
             kind: Kind::NewDeadDeliveries,
             detail: format!(
-                "{n} deliveries gave up in the last {}: `hookinbox dead --source {source} \
-                 --target {target}`, then `hookinbox replay --dead` once the app is fixed",
+                "{} gave up in the last {}: `hookinbox dead --source {source} --target \
+                 {target}`, then `hookinbox replay --dead` once the app is fixed",
+                count(n, "delivery", "deliveries"),
                 words(NEWS_FOR)
             ),
             source,
@@ -511,6 +514,11 @@ fn judge(
         });
     }
     Ok(out)
+}
+
+/// `n` and its noun, singular or plural.
+fn count(n: i64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 /// The inbox event that carries one notification to every alert target. Its id names the

@@ -156,6 +156,13 @@ fn web_config(sink: &Sink, actions: bool) -> (String, String) {
 name = \"other\"
 scheme = \"standard-webhooks\"
 secrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]
+
+# Never sent anything: silent after a second, for the banner.
+[[sources]]
+name = \"quiet\"
+scheme = \"standard-webhooks\"
+secrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]
+expect_every = \"1s\"
 ",
         forwarding(&sink.url(), "")
     );
@@ -212,7 +219,6 @@ async fn a_browser_filters_opens_an_event_sees_its_body_and_replays_it() {
     assert!(overview.contains("sw/app"), "{overview}");
     assert!(overview.contains("other"), "{overview}");
     assert_no_script_ran(c, "overview").await;
-    screenshot(c, "overview").await;
 
     // Filter the events by source with the form, as a person would.
     c.goto(&format!("{}/events", server.admin)).await.unwrap();
@@ -343,6 +349,25 @@ async fn a_browser_filters_opens_an_event_sees_its_body_and_replays_it() {
     assert!(sides[1].text().await.unwrap().contains("changed"));
     assert_no_script_ran(c, "conflict").await;
     screenshot(c, "conflict").await;
+
+    // What is wrong now is on every page: the source that never spoke is silent.
+    c.goto(&format!("{}/", server.admin)).await.unwrap();
+    // Judged every second: a minute is far more than it needs.
+    for tries in 0.. {
+        let banners = c.find_all(Locator::Css("[role=alert]")).await.unwrap();
+        if let Some(b) = banners.first() {
+            let text = b.text().await.unwrap();
+            assert!(
+                text.contains("source_silent") && text.contains("quiet"),
+                "{text}"
+            );
+            break;
+        }
+        assert!(tries < 300, "no banner for the silent source");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        c.refresh().await.unwrap();
+    }
+    screenshot(c, "overview").await;
 
     c.clone().close().await.unwrap();
     server.stop().await;
