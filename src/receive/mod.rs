@@ -370,9 +370,9 @@ impl Receiver {
         let outcome = match self.writer.ingest(event).await {
             Ok(Stored::New) => {
                 // The commit has just returned: this is the durable receipt, to the clock's
-                // precision. Providers sign whole unix seconds, so the lag reads up to a
-                // second longer than it was, never shorter; a provider clock ahead of ours
-                // reads 0.
+                // precision. The signed time is whole unix seconds (what most providers sign,
+                // and all the schemes keep), so the lag reads up to a second longer than it
+                // was, never shorter; a provider clock ahead of ours reads 0.
                 let committed = SystemTime::now();
                 if let Some(signed) = provider_time {
                     let lag = clock::since_unix(signed, committed);
