@@ -19,7 +19,10 @@ for path in ./usr/bin/hookinbox \
             ./usr/share/man/man1/hookinbox.1.gz \
             ./usr/share/bash-completion/completions/hookinbox \
             ./usr/share/zsh/vendor-completions/_hookinbox \
-            ./usr/share/fish/vendor_completions.d/hookinbox.fish; do
+            ./usr/share/fish/vendor_completions.d/hookinbox.fish \
+            ./usr/share/doc/hookinbox/prometheus/hookinbox.rules.yml \
+            ./usr/share/doc/hookinbox/prometheus/hookinbox.rules.test.yml \
+            ./usr/share/doc/hookinbox/grafana/hookinbox-dashboard.json; do
     grep -qE " ${path}\$" <<<"$contents" || fail "$path is not in the package"
 done
 tmp=$(mktemp -d)
@@ -28,6 +31,24 @@ dpkg-deb --control "$deb" "$tmp/control"
 grep -qx "/etc/hookinbox/hookinbox.toml" "$tmp/control/conffiles" || fail "the config is not a conffile"
 grep -q "#DEBHELPER#" "$tmp/control/postinst" && fail "postinst still has the #DEBHELPER# token"
 echo "test-deb: contents, conffile and maintainer scripts are in place"
+# The alerting rules as the package ships them (taken from the .deb rather than after the
+# install, since images with a dpkg path-exclude for /usr/share/doc drop them); their unit
+# tests name the rules file beside them.
+dpkg-deb -x "$deb" "$tmp/root"
+rules="$tmp/root/usr/share/doc/hookinbox/prometheus"
+if command -v promtool >/dev/null 2>&1; then
+    (cd "$rules" && promtool check rules hookinbox.rules.yml >/dev/null \
+        && promtool test rules hookinbox.rules.test.yml >/dev/null) \
+        || fail "the packaged alerting rules fail promtool"
+    echo "test-deb: the packaged alerting rules pass promtool check and test"
+elif [ -n "${HOOKINBOX_REQUIRE_PROMTOOL:-}" ]; then
+    fail "no promtool, and HOOKINBOX_REQUIRE_PROMTOOL is set"
+else
+    echo "test-deb: SKIPPED promtool on the packaged rules: not installed"
+    if [ -n "${HOOKINBOX_SKIP_LOG:-}" ]; then
+        echo "SKIPPED packaging/test-deb.sh promtool: not installed" >> "$HOOKINBOX_SKIP_LOG"
+    fi
+fi
 
 if dpkg -s hookinbox >/dev/null 2>&1; then
     dpkg --purge hookinbox

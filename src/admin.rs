@@ -47,13 +47,20 @@ impl Admin {
             let counts = read::delivery_counts(&conn).map_err(|e| e.to_string())?;
             let oldest = read::oldest_pending(&conn).map_err(|e| e.to_string())?;
             let pages = crate::store::page_counts(&conn).map_err(|e| e.to_string())?;
-            Ok::<_, String>((counts, oldest, pages))
+            let paused = crate::store::pause::all(&conn).map_err(|e| e.to_string())?;
+            Ok::<_, String>((counts, oldest, pages, paused))
         })
         .await
         .map_err(|e| e.to_string())
         .and_then(|r| r);
         match counts {
-            Ok((counts, oldest, (free, pages))) => {
+            Ok((counts, oldest, (free, pages), paused)) => {
+                for (source, target) in self.web.pairs() {
+                    let on = paused
+                        .iter()
+                        .any(|p| p.source == source && p.target == target);
+                    self.metrics.set_target_paused(&source, &target, on);
+                }
                 self.metrics.inbox_pages.set(pages);
                 self.metrics.inbox_free_pages.set(free);
                 let age = oldest

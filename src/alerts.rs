@@ -282,6 +282,20 @@ pub async fn run(
                 unsent.push((p.clone(), "ended", at.clone()));
             }
         }
+        for (source, _) in &rules.sources {
+            let on = |kind| next.iter().any(|c| c.kind == kind && c.source == *source);
+            metrics.set_source_silent(source, on(Kind::SourceSilent));
+            metrics.set_source_rejections_rising(source, on(Kind::RejectionsRising));
+        }
+        for (source, target, _, _) in &rules.targets {
+            let failing = next.iter().any(|c| {
+                c.kind == Kind::TargetFailing
+                    && c.source == *source
+                    && c.target.as_deref() == Some(target)
+            });
+            metrics.set_target_failing(source, target, failing);
+        }
+        metrics.set_alerts_active(next.len());
         *board
             .active
             .write()

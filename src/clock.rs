@@ -16,6 +16,26 @@ pub fn unix(t: SystemTime) -> i64 {
     }
 }
 
+/// Seconds since the unix epoch with the clock's own precision (nanoseconds on Linux; an
+/// f64 keeps about a quarter of a microsecond at today's magnitude).
+pub fn unix_f64(t: SystemTime) -> f64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_secs_f64(),
+        Err(e) => -e.duration().as_secs_f64(),
+    }
+}
+
+/// How long before `now` the unix second `secs` began; zero if it is later than `now` (a
+/// clock ahead of ours).
+pub fn since_unix(secs: i64, now: SystemTime) -> Duration {
+    let then = match u64::try_from(secs) {
+        Ok(s) => UNIX_EPOCH.checked_add(Duration::from_secs(s)),
+        Err(_) => UNIX_EPOCH.checked_sub(Duration::from_secs(secs.unsigned_abs())),
+    };
+    then.and_then(|t| now.duration_since(t).ok())
+        .unwrap_or_default()
+}
+
 /// The inbox's text form of a time, always 24 characters with milliseconds.
 pub fn iso(t: SystemTime) -> String {
     humantime::format_rfc3339_millis(t).to_string()
@@ -70,6 +90,16 @@ mod tests {
                 .unwrap_err()
                 .contains("not a time")
         );
+    }
+
+    #[test]
+    fn lags_keep_the_fraction_and_never_go_negative() {
+        let now = UNIX_EPOCH + Duration::from_millis(1_700_000_002_250);
+        assert_eq!(since_unix(1_700_000_000, now), Duration::from_millis(2250));
+        assert_eq!(since_unix(1_700_000_003, now), Duration::ZERO);
+        assert_eq!(since_unix(i64::MAX, now), Duration::ZERO);
+        assert_eq!(unix_f64(now), 1_700_000_002.25);
+        assert_eq!(unix_f64(UNIX_EPOCH - Duration::from_millis(500)), -0.5);
     }
 
     #[test]

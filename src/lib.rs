@@ -15,7 +15,8 @@
 //! - [`admin`]: the local admin listener: metrics and health.
 //! - [`oracle`]: the crash and load tests' checker (what was acknowledged vs the inbox).
 //! - [`proxy`]: believing `X-Forwarded-For` only from configured proxies.
-//! - [`metrics`]: the Prometheus registry and every metric hookinbox exports.
+//! - [`metrics`]: the Prometheus registry and every metric hookinbox exports, with the
+//!   process metrics read from `/proc`.
 //! - [`commands`]: one module per subcommand.
 //! - [`failpoint`]: fault injection at the durability boundaries (a test-only feature).
 //! - [`terminal`]: escaping provider-controlled text before it reaches a terminal.

@@ -2,6 +2,20 @@
 //!
 //! Counter names get `_total` appended by prometheus-client. Labels are bounded: sources and
 //! reasons come from the config and from fixed enums, never from request data.
+//!
+//! Every family labelled by source or target has a series for each configured one from the
+//! first scrape on, at zero ([`Metrics::configure`], at start-up and after each reload): a
+//! series that appears only with its first increment hides that increment from `rate()` and
+//! `increase()`, and an alert on "no rejections yet" has nothing to compare against.
+//! Handshake kinds are not: they depend on the provider, and a handshake is not something to
+//! alert on.
+
+mod process;
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
+use std::time::SystemTime;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -9,6 +23,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+use crate::config::Source;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
@@ -41,6 +57,9 @@ pub struct StateLabels {
 /// Every delivery state, so that a state that empties reads 0 rather than vanishing.
 pub const DELIVERY_STATES: [&str; 5] = ["pending", "in_flight", "delivered", "dead", "superseded"];
 
+/// Every [`crate::store::queue::Next::word`]: what an attempt can lead to.
+pub const ATTEMPT_RESULTS: [&str; 3] = ["delivered", "retry", "dead"];
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AttemptLabels {
     pub source: String,
@@ -54,13 +73,36 @@ pub struct ListenerLabels {
     pub listener: &'static str,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 pub struct TargetLabels {
     pub source: String,
     pub target: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct SourceLabels {
+    pub source: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    pub version: &'static str,
+}
+
+/// A gauge that holds a float (a timestamp, an age).
+pub type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// The sources and targets [`Metrics::configure`] was last given.
+#[derive(Default)]
+struct Configured {
+    sources: BTreeSet<SourceLabels>,
+    targets: BTreeSet<TargetLabels>,
+}
+
 pub struct Metrics {
+    /// The root has no prefix, so that the process metrics keep the names every Prometheus
+    /// client library gives them; hookinbox's own families are in its `hookinbox`
+    /// sub-registry.
     pub registry: Registry,
     pub requests: Family<RequestLabels, Counter>,
     pub signature_failures: Family<FailureLabels, Counter>,
@@ -79,7 +121,7 @@ pub struct Metrics {
     /// Durable receipt to the target's acceptance.
     pub delivery_lag_seconds: Histogram,
     /// Age of the oldest delivery not yet delivered, dead or superseded (at each scrape).
-    pub oldest_pending_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub oldest_pending_seconds: FloatGauge,
     /// Read from the inbox at each scrape.
     pub deliveries: Family<StateLabels, Gauge>,
     pub wal_bytes: Gauge,
@@ -90,11 +132,33 @@ pub struct Metrics {
     /// The inbox's pages, and how many of them are free (read at each scrape).
     pub inbox_pages: Gauge,
     pub inbox_free_pages: Gauge,
+    /// The state of each alert condition, as the alerting code last decided it. Set through
+    /// the setters below, which ignore a source or target that is not configured.
+    pub source_silent: Family<SourceLabels, Gauge>,
+    pub source_rejections_rising: Family<SourceLabels, Gauge>,
+    pub target_failing: Family<TargetLabels, Gauge>,
+    pub target_paused: Family<TargetLabels, Gauge>,
+    pub alerts_active: Gauge,
+    /// Unix seconds of each source's last accepted event; 0 until its first.
+    pub source_last_event_timestamp_seconds: Family<SourceLabels, FloatGauge>,
+    configured: Mutex<Configured>,
 }
 
 impl Metrics {
     pub fn new() -> Metrics {
-        let mut registry = Registry::with_prefix("hookinbox");
+        let mut root = Registry::default();
+        let registry = root.sub_registry_with_prefix("hookinbox");
+        let build_info = Family::<BuildLabels, Gauge>::default();
+        registry.register(
+            "build_info",
+            "Always 1; the version label says which hookinbox is running",
+            build_info.clone(),
+        );
+        build_info
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION"),
+            })
+            .set(1);
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
             "requests",
@@ -161,7 +225,7 @@ impl Metrics {
             "From the durable commit to the target's acceptance",
             delivery_lag_seconds.clone(),
         );
-        let oldest_pending_seconds = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        let oldest_pending_seconds = FloatGauge::default();
         registry.register(
             "oldest_pending_seconds",
             "Age of the oldest delivery still pending or in flight, read at each scrape",
@@ -206,8 +270,54 @@ impl Metrics {
              wait, then get 503",
             body_bytes_in_memory.clone(),
         );
+        let source_silent = Family::<SourceLabels, Gauge>::default();
+        registry.register(
+            "source_silent",
+            "1 while the source has had no verified event for longer than its expect_every",
+            source_silent.clone(),
+        );
+        let source_rejections_rising = Family::<SourceLabels, Gauge>::default();
+        registry.register(
+            "source_rejections_rising",
+            "1 while the source's signature rejections are rising",
+            source_rejections_rising.clone(),
+        );
+        let target_failing = Family::<TargetLabels, Gauge>::default();
+        registry.register(
+            "target_failing",
+            "1 while the target's share of failed attempts, or the age of its oldest pending \
+             delivery, is over its threshold",
+            target_failing.clone(),
+        );
+        let target_paused = Family::<TargetLabels, Gauge>::default();
+        registry.register(
+            "target_paused",
+            "1 while the operator has paused deliveries to the target",
+            target_paused.clone(),
+        );
+        let alerts_active = Gauge::default();
+        registry.register(
+            "alerts_active",
+            "Alert conditions active now",
+            alerts_active.clone(),
+        );
+        let source_last_event_timestamp_seconds = Family::<SourceLabels, FloatGauge>::default();
+        registry.register(
+            "source_last_event_timestamp_seconds",
+            "Unix time of the source's last accepted (newly stored) event; 0 until the first \
+             since start",
+            source_last_event_timestamp_seconds.clone(),
+        );
+        root.register_collector(Box::new(process::Collector));
         Metrics {
-            registry,
+            registry: root,
+            source_silent,
+            source_rejections_rising,
+            target_failing,
+            target_paused,
+            alerts_active,
+            source_last_event_timestamp_seconds,
+            configured: Mutex::default(),
             body_bytes_in_memory,
             closed_for_room,
             inbox_pages,
@@ -256,12 +366,169 @@ impl Metrics {
             .inc();
     }
 
+    /// Gives every configured source and target its series, at zero where it is new; a
+    /// series that already counts keeps its value. Called at start-up and after each reload.
+    /// The alert-state gauges of sources and targets no longer configured are removed, so
+    /// that no alert outlives its source; their counters stay, frozen, as Prometheus expects
+    /// of a counter.
+    pub fn configure(&self, sources: &[std::sync::Arc<Source>]) {
+        let configured = Configured {
+            sources: sources
+                .iter()
+                .map(|s| SourceLabels {
+                    source: s.name.clone(),
+                })
+                .collect(),
+            targets: sources
+                .iter()
+                .flat_map(|s| {
+                    s.targets.iter().map(|t| TargetLabels {
+                        source: s.name.clone(),
+                        target: t.name.clone(),
+                    })
+                })
+                .collect(),
+        };
+        let mut last = self
+            .configured
+            .lock()
+            .expect("no panics while holding the lock");
+        for gone in last.sources.difference(&configured.sources) {
+            self.source_silent.remove(gone);
+            self.source_rejections_rising.remove(gone);
+            self.source_last_event_timestamp_seconds.remove(gone);
+        }
+        for gone in last.targets.difference(&configured.targets) {
+            self.target_failing.remove(gone);
+            self.target_paused.remove(gone);
+        }
+        for labels in &configured.sources {
+            let source = &labels.source;
+            for outcome in crate::receive::Outcome::COUNTED {
+                ensure(
+                    &self.requests,
+                    &RequestLabels {
+                        source: source.clone(),
+                        outcome,
+                    },
+                );
+            }
+            for reason in crate::scheme::Reject::AUTH_REASONS {
+                ensure(
+                    &self.signature_failures,
+                    &FailureLabels {
+                        source: source.clone(),
+                        reason,
+                    },
+                );
+            }
+            ensure(&self.source_silent, labels);
+            ensure(&self.source_rejections_rising, labels);
+            ensure(&self.source_last_event_timestamp_seconds, labels);
+        }
+        for labels in &configured.targets {
+            for result in ATTEMPT_RESULTS {
+                ensure(
+                    &self.attempts,
+                    &AttemptLabels {
+                        source: labels.source.clone(),
+                        target: labels.target.clone(),
+                        result,
+                    },
+                );
+            }
+            ensure(&self.ambiguous_attempts, labels);
+            ensure(&self.ambiguous_resolved, labels);
+            ensure(&self.target_failing, labels);
+            ensure(&self.target_paused, labels);
+        }
+        *last = configured;
+    }
+
+    /// No verified event from `source` for longer than its `expect_every`.
+    pub fn set_source_silent(&self, source: &str, silent: bool) {
+        set_flag(&self.source_silent, &source_labels(source), silent);
+    }
+
+    /// `source`'s signature rejections are rising.
+    pub fn set_source_rejections_rising(&self, source: &str, rising: bool) {
+        set_flag(
+            &self.source_rejections_rising,
+            &source_labels(source),
+            rising,
+        );
+    }
+
+    /// The target's failure share, or its oldest pending delivery's age, is over its
+    /// threshold.
+    pub fn set_target_failing(&self, source: &str, target: &str, failing: bool) {
+        set_flag(
+            &self.target_failing,
+            &target_labels(source, target),
+            failing,
+        );
+    }
+
+    /// The operator paused deliveries to the target.
+    pub fn set_target_paused(&self, source: &str, target: &str, paused: bool) {
+        set_flag(&self.target_paused, &target_labels(source, target), paused);
+    }
+
+    /// How many alert conditions are active now.
+    pub fn set_alerts_active(&self, active: usize) {
+        self.alerts_active
+            .set(i64::try_from(active).unwrap_or(i64::MAX));
+    }
+
+    /// `source` accepted (newly stored) an event at `at`.
+    pub fn event_accepted(&self, source: &str, at: SystemTime) {
+        if let Some(gauge) = self
+            .source_last_event_timestamp_seconds
+            .get(&source_labels(source))
+        {
+            gauge.set(crate::clock::unix_f64(at));
+        }
+    }
+
     /// The registry in the Prometheus/OpenMetrics text format.
     pub fn encode(&self) -> String {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");
         out
+    }
+}
+
+fn source_labels(source: &str) -> SourceLabels {
+    SourceLabels {
+        source: source.to_owned(),
+    }
+}
+
+fn target_labels(source: &str, target: &str) -> TargetLabels {
+    TargetLabels {
+        source: source.to_owned(),
+        target: target.to_owned(),
+    }
+}
+
+/// Makes sure the series exists: at zero if it is new, untouched if it counts already.
+fn ensure<L, M, C>(family: &Family<L, M, C>, labels: &L)
+where
+    L: Clone + std::hash::Hash + Eq,
+    C: prometheus_client::metrics::family::MetricConstructor<M>,
+{
+    drop(family.get_or_create(labels));
+}
+
+/// Sets a 0/1 gauge of a configured source or target; one that is not configured (a late
+/// set for a source a reload removed) is ignored rather than brought back.
+fn set_flag<L>(family: &Family<L, Gauge>, labels: &L, on: bool)
+where
+    L: Clone + std::hash::Hash + Eq,
+{
+    if let Some(gauge) = family.get(labels) {
+        gauge.set(i64::from(on));
     }
 }
 

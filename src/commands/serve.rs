@@ -211,6 +211,8 @@ impl Running {
             .await
             .context("retiring the deliveries of removed targets")?;
 
+        // First, so that the new sources' series are there before their first request.
+        self.metrics.configure(&sources);
         deliverer.switch(planned);
         self.receiver
             .reload(&sources, config.server.trusted_proxies.clone());
@@ -309,6 +311,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let readers = store::read::pool(&store_path);
     let restart_only = config.restart_only();
     let sources: Vec<Arc<Source>> = config.sources.into_iter().map(Arc::new).collect();
+    metrics.configure(&sources);
     retire_unknown_targets(&writer, &sources, &config.alerts).await?;
     let deliverer = Deliverer::start(
         &sources,

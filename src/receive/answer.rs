@@ -42,6 +42,22 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Every label [`Outcome::label`] gives a request that reached a source, each counted
+    /// from zero for every source (`Metrics::configure`). `not_found` and
+    /// `method_not_allowed` are answered before a source is chosen and never counted.
+    pub const COUNTED: [&'static str; 10] = [
+        "accepted",
+        "duplicate",
+        "conflict",
+        "handshake",
+        "rejected",
+        "invalid",
+        "too_large",
+        "timeout",
+        "overloaded",
+        "unavailable",
+    ];
+
     /// The metric label. `None` for requests that reached no source.
     pub fn label(&self) -> &'static str {
         match self {
@@ -146,4 +162,38 @@ fn reply_response(reply: Reply) -> Response<Full<Bytes>> {
     builder
         .body(Full::new(reply.body.into()))
         .expect("a scheme's reply has a valid status and headers")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counted_names_every_label_a_source_can_count() {
+        let handshake = Handshake {
+            kind: "ping",
+            reply: Reply::json(&serde_json::json!({})),
+            action: None,
+        };
+        let outcomes = [
+            Outcome::Accepted(None),
+            Outcome::Duplicate(None),
+            Outcome::Conflict(StatusCode::CONFLICT),
+            Outcome::Handshake(handshake),
+            Outcome::Rejected(Reject::NoMatch),
+            Outcome::Rejected(Reject::BadBody("not JSON")),
+            Outcome::TooLarge,
+            Outcome::BodyTimeout,
+            Outcome::BadBody,
+            Outcome::Overloaded,
+            Outcome::Unavailable(WriteError::QueueFull),
+            Outcome::KeyUnavailable("refused".into()),
+        ];
+        let mut labels: Vec<&str> = outcomes.iter().map(Outcome::label).collect();
+        labels.sort_unstable();
+        labels.dedup();
+        let mut counted = Outcome::COUNTED.to_vec();
+        counted.sort_unstable();
+        assert_eq!(labels, counted);
+    }
 }

@@ -18,7 +18,7 @@ pub mod tls;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -369,10 +369,16 @@ impl Receiver {
         };
         let outcome = match self.writer.ingest(event).await {
             Ok(Stored::New) => {
+                // The commit has just returned: this is the durable receipt, to the clock's
+                // precision. The signed time is whole unix seconds (what most providers sign,
+                // and all the schemes keep), so the lag reads up to a second longer than it
+                // was, never shorter; a provider clock ahead of ours reads 0.
+                let committed = SystemTime::now();
                 if let Some(signed) = provider_time {
-                    let lag = clock::unix_now().saturating_sub(signed).max(0);
-                    self.metrics.receipt_lag_seconds.observe(lag as f64);
+                    let lag = clock::since_unix(signed, committed);
+                    self.metrics.receipt_lag_seconds.observe(lag.as_secs_f64());
                 }
+                self.metrics.event_accepted(&source.name, committed);
                 Outcome::Accepted(reply)
             }
             Ok(Stored::Duplicate) => Outcome::Duplicate(reply),

@@ -107,6 +107,18 @@ pub enum Reject {
 }
 
 impl Reject {
+    /// The [`Reject::reason`] of every refusal that [`Reject::is_auth`]: the reasons
+    /// `hookinbox_signature_failures_total` counts, from zero for every source.
+    pub const AUTH_REASONS: [&'static str; 7] = [
+        "missing_header",
+        "malformed_header",
+        "no_match",
+        "timestamp_too_old",
+        "timestamp_too_new",
+        "bad_token",
+        "not_armed",
+    ];
+
     /// A short, stable label for metrics and logs.
     pub fn reason(&self) -> &'static str {
         match self {
@@ -885,5 +897,31 @@ mod id_tests {
         // Multi-byte text is cut on a character boundary.
         let wide = "é".repeat(300);
         assert!(shorten(wide).len() <= MAX_EVENT_ID_LEN);
+    }
+}
+
+#[cfg(test)]
+mod reject_tests {
+    use super::*;
+
+    #[test]
+    fn auth_reasons_are_the_reasons_of_every_authentication_failure() {
+        let rejects = [
+            Reject::MissingHeader("x"),
+            Reject::MalformedHeader("x"),
+            Reject::NoMatch,
+            Reject::TooOld,
+            Reject::TooNew,
+            Reject::BadToken,
+            Reject::NotArmed,
+            Reject::NoEventId("x"),
+            Reject::BadBody("x"),
+        ];
+        let auth: Vec<&str> = rejects
+            .iter()
+            .filter(|r| r.is_auth())
+            .map(Reject::reason)
+            .collect();
+        assert_eq!(auth, Reject::AUTH_REASONS);
     }
 }

@@ -144,6 +144,11 @@ impl Web {
         std::str::from_utf8(self.csrf.expose()).unwrap_or("")
     }
 
+    /// The configured (source, target) pairs.
+    pub fn pairs(&self) -> Vec<(String, String)> {
+        self.configured().pairs()
+    }
+
     fn configured(&self) -> Arc<Configured> {
         self.configured
             .read()

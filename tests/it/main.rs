@@ -30,6 +30,10 @@
 //! - `crash`: the real binary: SIGKILL at random moments loses no acknowledged event, nor a
 //!   delivery in flight; SIGTERM under load; SIGHUP reloads secrets.
 //! - `operate`: replay, retention, backup, metrics and `check` against a filled inbox.
+//! - `monitoring`: every metric family from the first scrape, at zero per configured source
+//!   and target (and after a reload); build and process metrics; receipt lag to the
+//!   fraction of a second; the shipped alerting rules under `promtool check` and
+//!   `promtool test`; every metric name the rules and the Grafana dashboard use, exported.
 //! - `inbox_sqlite`: the inbox is readable with the system's `sqlite3` while serving.
 //! - `resources`: bounded disk (pruning gives pages back; an inbox under retention stays
 //!   within a bound) and memory (bodies in flight stay within the budget).
@@ -67,6 +71,7 @@ mod install;
 mod limits;
 mod load;
 mod lossyfs;
+mod monitoring;
 mod operate;
 mod oracle;
 mod power_loss;
