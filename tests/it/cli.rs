@@ -1,4 +1,4 @@
-//! The binary's command line: `check` on good and bad configs, and `--help`.
+//! The binary's command line: `check` on good and bad configs, `--help`, and the man page.
 
 use crate::support::hookinbox;
 
@@ -290,4 +290,69 @@ fn check_warns_before_serve_rewrites_an_older_inbox() {
     let (code, _, err) = hookinbox(&["events", "--config", &config]);
     assert_eq!(code, 1);
     assert!(err.contains("start `hookinbox serve` once"), "{err}");
+}
+
+#[test]
+fn the_man_page_holds_the_configuration_reference() {
+    use hookinbox::config::reference::SECTIONS;
+    let dir = tempfile::tempdir().unwrap();
+    let assets = dir.path().join("assets");
+    // As packaging/build-deb.sh runs it.
+    let (code, _, err) = hookinbox(&["generate", "--out-dir", assets.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let page = assets.join("hookinbox.1");
+    let source = std::fs::read_to_string(&page).unwrap();
+    assert!(source.contains(".SH CONFIGURATION"), "{source}");
+    for s in SECTIONS {
+        assert!(
+            source.contains(&format!(".SS {}", s.header)),
+            "{}",
+            s.header
+        );
+    }
+
+    // And as `man` shows it: every section and key in the CONFIGURATION section.
+    let man = std::process::Command::new("man")
+        .args(["--warnings", "-l"])
+        .arg(&page)
+        .env("MANWIDTH", "100")
+        .env("MANPAGER", "cat")
+        .output();
+    let out = match man {
+        Ok(out) if out.status.success() => out,
+        Ok(out) => panic!("man -l failed: {}", String::from_utf8_lossy(&out.stderr)),
+        Err(e) => {
+            return crate::support::skip(
+                "MAN",
+                "the_man_page_holds_the_configuration_reference",
+                &format!("no man command to render the page ({e})"),
+            );
+        }
+    };
+    let warnings = String::from_utf8_lossy(&out.stderr);
+    assert!(warnings.trim().is_empty(), "groff warns: {warnings}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let config = &text[text
+        .find("\nCONFIGURATION\n")
+        .expect("a CONFIGURATION section")..];
+    let mut rest = config;
+    for s in SECTIONS {
+        let at = rest
+            .find(&format!("\n   {}\n", s.header))
+            .unwrap_or_else(|| panic!("{} is not shown, in order", s.header));
+        rest = &rest[at..];
+        for key in s.keys {
+            assert!(
+                rest.contains(&format!("\n       {} = ", key.name)),
+                "{} {} is not shown",
+                s.header,
+                key.name
+            );
+        }
+    }
+    assert!(
+        config.contains("max_body = size  (default: \"1MiB\")"),
+        "{config}"
+    );
+    assert!(config.contains("standard-webhooks, stripe"), "{config}");
 }

@@ -33,7 +33,8 @@
 //! - `inbox_sqlite`: the inbox is readable with the system's `sqlite3` while serving.
 //! - `resources`: bounded disk (pruning gives pages back; an inbox under retention stays
 //!   within a bound) and memory (bodies in flight stay within the budget).
-//! - `cli`: the binary's `check` and its error messages.
+//! - `cli`: the binary's `check` and its error messages; the man page, with the
+//!   configuration reference as `man` shows it.
 //! - `inspect`: `events`, `show`, `conflicts` and `dead` on a real inbox: filters, pages,
 //!   exact bodies, exit codes, and provider strings escaped before a terminal.
 //! - `providers`: every source of docs/providers.md, loaded from the document, over HTTP:
