@@ -58,7 +58,7 @@ pub enum Command {
     /// SIGHUP reloads the sources, secrets and targets)
     Serve,
     /// Validate the configuration and print what `serve` would do, without starting
-    Check,
+    Check(commands::check::Args),
     /// Print a correctly signed test request for a source (a curl command by default)
     ///
     /// Example: hookinbox sign --source demo | sh
@@ -134,15 +134,23 @@ pub fn run(cli: Cli) -> Exit {
             args,
             &mut std::io::stdout().lock(),
         ),
-        Command::Serve | Command::Check | Command::Sign(_) => {
+        Command::Serve | Command::Check(_) | Command::Sign(_) => {
             let purpose = match &cli.command {
-                Command::Check => config::Purpose::Check,
+                Command::Check(_) => config::Purpose::Check,
                 Command::Sign(args) => config::Purpose::Sign(&args.source),
                 _ => config::Purpose::Serve,
             };
             let config = match config::load_for(&path, purpose) {
                 Ok(c) => c,
                 Err(e) => {
+                    if let Command::Check(commands::check::Args { json: true }) = &cli.command {
+                        // A script reading `check --json` gets its answer on stdout too.
+                        let _ = commands::check::write_load_error(
+                            &path,
+                            &e,
+                            &mut std::io::stdout().lock(),
+                        );
+                    }
                     eprintln!("error: {e:#}");
                     return Exit::Config;
                 }
@@ -200,7 +208,7 @@ pub fn run(cli: Cli) -> Exit {
 fn with_config(config: config::Config, command: Command) -> anyhow::Result<()> {
     let out = &mut std::io::stdout().lock();
     match command {
-        Command::Check => commands::check::run(&config, out),
+        Command::Check(args) => commands::check::run(&config, &args, out),
         Command::Sign(args) => commands::sign::run(&config, &args, out),
         Command::Serve => {
             commands::serve::abort_on_panic();
@@ -266,7 +274,7 @@ fn offline_command(
         Command::Conflicts(args) => commands::conflicts::run(db, args, out),
         Command::Dead(args) => commands::dead::run(db, args, out),
         Command::Serve
-        | Command::Check
+        | Command::Check(_)
         | Command::Sign(_)
         | Command::Generate { .. }
         | Command::Keypair(_)

@@ -356,3 +356,84 @@ fn the_man_page_holds_the_configuration_reference() {
     );
     assert!(config.contains("standard-webhooks, stripe"), "{config}");
 }
+
+#[test]
+fn check_json_reports_sources_listeners_and_warnings() {
+    let (code, out, err) = hookinbox(&["check", "--json", "--config", &example()]);
+    assert_eq!(code, 0, "{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["ok"], true);
+    assert!(
+        report["config"]
+            .as_str()
+            .unwrap()
+            .ends_with("quickstart.toml")
+    );
+    assert_eq!(report["listeners"]["public"], "127.0.0.1:8080");
+    assert_eq!(report["listeners"]["admin"], "127.0.0.1:9180");
+    assert_eq!(report["listeners"]["tls"], false);
+    assert!(
+        report["inbox"]["path"]
+            .as_str()
+            .unwrap()
+            .ends_with("quickstart-inbox.db")
+    );
+    assert_eq!(report["inbox"]["synchronous"], "full");
+    let demo = &report["sources"][0];
+    assert_eq!(demo["name"], "demo");
+    assert_eq!(demo["scheme"], "standard-webhooks");
+    assert_eq!(demo["methods"], serde_json::json!(["POST"]));
+    assert_eq!(demo["path"], "/hooks/demo");
+    assert_eq!(demo["secrets"], 1);
+    assert_eq!(demo["event_id"], "header webhook-id");
+    assert_eq!(demo["targets"][0]["name"], "log");
+    let command = demo["targets"][0]["command"][0].as_str().unwrap();
+    assert!(command.ends_with("on-event.sh"), "{command}");
+    assert!(demo["targets"][0].get("url").is_none());
+    let warnings = report["warnings"].as_array().unwrap();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("written in the config file")),
+        "{warnings:?}"
+    );
+    assert_eq!(report["problems"], serde_json::json!([]));
+
+    // What would fail at run time: ok is false, the problem is listed, the exit code is 3.
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_in(
+        dir.path(),
+        &format!(
+            "[store]\npath = \"inbox.db\"\n{DEMO_SOURCE}[[sources.targets]]\nname = \"app\"\n\
+             url = \"https://app.example/hooks\"\n[[sources.targets]]\nname = \"audit\"\n\
+             command = [\"/usr/local/bin/no-such-handler\"]\n"
+        ),
+    );
+    let (code, out, err) = hookinbox(&["check", "--json", "--config", &config]);
+    assert_eq!(code, 3, "{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["ok"], false);
+    assert_eq!(
+        report["sources"][0]["targets"][0]["url"],
+        "https://app.example/hooks"
+    );
+    let problems = report["problems"].as_array().unwrap();
+    assert!(
+        problems.len() == 1 && problems[0].as_str().unwrap().contains("no-such-handler"),
+        "{problems:?}"
+    );
+    assert!(err.contains("1 problem(s)"), "{err}");
+
+    // A file that does not load: still JSON on stdout, the error on stderr too, exit 3.
+    let config = config_in(dir.path(), "[store]\npath = \"inbox.db\"\nshceme = 1\n");
+    let (code, out, err) = hookinbox(&["check", "--json", "--config", &config]);
+    assert_eq!(code, 3);
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["ok"], false);
+    assert_eq!(report["config"], config);
+    assert!(
+        report["error"].as_str().unwrap().contains("shceme"),
+        "{report}"
+    );
+    assert!(err.contains("shceme"), "{err}");
+}
