@@ -29,7 +29,8 @@
 //!   `synchronous = "full"`, and loses some with `"normal"` (the negative control).
 //! - `crash`: the real binary: SIGKILL at random moments loses no acknowledged event, nor a
 //!   delivery in flight; SIGTERM under load; SIGHUP reloads secrets.
-//! - `operate`: replay, retention, backup, metrics and `check` against a filled inbox.
+//! - `operate`: replay, retention, backup, metrics and `check` against a filled inbox;
+//!   `prune` and `backup` quiet when piped and showing progress on a pseudo-terminal.
 //! - `inbox_sqlite`: the inbox is readable with the system's `sqlite3` while serving.
 //! - `resources`: bounded disk (pruning gives pages back; an inbox under retention stays
 //!   within a bound) and memory (bodies in flight stay within the budget).
