@@ -1,4 +1,4 @@
-//! The binary's command line: `check` on good and bad configs, `--help`, and the man page.
+//! The binary's command line: `check` on good and bad configs, and `--help`.
 
 use crate::support::hookinbox;
 
@@ -293,68 +293,57 @@ fn check_warns_before_serve_rewrites_an_older_inbox() {
 }
 
 #[test]
-fn the_man_page_holds_the_configuration_reference() {
-    use hookinbox::config::reference::SECTIONS;
-    let dir = tempfile::tempdir().unwrap();
-    let assets = dir.path().join("assets");
-    // As packaging/build-deb.sh runs it.
-    let (code, _, err) = hookinbox(&["generate", "--out-dir", assets.to_str().unwrap()]);
-    assert_eq!(code, 0, "{err}");
-    let page = assets.join("hookinbox.1");
-    let source = std::fs::read_to_string(&page).unwrap();
-    assert!(source.contains(".SH CONFIGURATION"), "{source}");
-    for s in SECTIONS {
-        assert!(
-            source.contains(&format!(".SS {}", s.header)),
-            "{}",
-            s.header
-        );
-    }
-
-    // And as `man` shows it: every section and key in the CONFIGURATION section.
-    let man = std::process::Command::new("man")
-        .args(["--warnings", "-l"])
-        .arg(&page)
-        .env("MANWIDTH", "100")
-        .env("MANPAGER", "cat")
-        .output();
-    let out = match man {
-        Ok(out) if out.status.success() => out,
-        Ok(out) => panic!("man -l failed: {}", String::from_utf8_lossy(&out.stderr)),
-        Err(e) => {
-            return crate::support::skip(
-                "MAN",
-                "the_man_page_holds_the_configuration_reference",
-                &format!("no man command to render the page ({e})"),
+fn each_subcommands_help_shows_its_own_options_first_and_ends_with_examples() {
+    use clap::CommandFactory;
+    let globals = ["--config", "--db", "--log-format"];
+    for sub in hookinbox::cli::Cli::command().get_subcommands() {
+        let name = sub.get_name();
+        for flag in ["--help", "-h"] {
+            let (code, out, err) = hookinbox(&[name, flag]);
+            assert_eq!(code, 0, "{name} {flag}: {err}");
+            let at = |what: &str| {
+                out.find(what)
+                    .unwrap_or_else(|| panic!("{name} {flag}: no {what:?} in\n{out}"))
+            };
+            let (own, global, examples) = (
+                at("\nOptions:\n"),
+                at("\nGlobal options:\n"),
+                at("\nExamples:\n  hookinbox "),
             );
-        }
-    };
-    let warnings = String::from_utf8_lossy(&out.stderr);
-    assert!(warnings.trim().is_empty(), "groff warns: {warnings}");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let config = &text[text
-        .find("\nCONFIGURATION\n")
-        .expect("a CONFIGURATION section")..];
-    let mut rest = config;
-    for s in SECTIONS {
-        let at = rest
-            .find(&format!("\n   {}\n", s.header))
-            .unwrap_or_else(|| panic!("{} is not shown, in order", s.header));
-        rest = &rest[at..];
-        for key in s.keys {
-            assert!(
-                rest.contains(&format!("\n       {} = ", key.name)),
-                "{} {} is not shown",
-                s.header,
-                key.name
-            );
+            assert!(own < global && global < examples, "{name} {flag}:\n{out}");
+            // Its own options come before the global ones (arguments come first of all,
+            // under clap's "Arguments:")...
+            for long in sub.get_arguments().filter_map(|a| a.get_long()) {
+                // (Searched for after the heading: a required one is in the usage line too.)
+                let shown = out[own..].find(&format!("--{long}")).map(|i| own + i);
+                assert!(
+                    shown.is_some_and(|shown| shown < global),
+                    "{name} {flag}: --{long} is not among its own options"
+                );
+            }
+            // ...which follow under their heading.
+            for g in globals {
+                let after = &out[global..examples];
+                assert!(
+                    after.contains(g),
+                    "{name} {flag}: {g} not under Global options"
+                );
+                assert!(
+                    !out[..global].contains(&format!("{g} ")),
+                    "{name} {flag}: {g} early"
+                );
+            }
         }
     }
+    // The top level still lists the commands, and points to the examples and the man page.
+    let (code, out, _) = hookinbox(&["--help"]);
+    assert_eq!(code, 0);
     assert!(
-        config.contains("max_body = size  (default: \"1MiB\")"),
-        "{config}"
+        out.contains("Commands:")
+            && out.contains("Global options:")
+            && out.contains("man hookinbox"),
+        "{out}"
     );
-    assert!(config.contains("standard-webhooks, stripe"), "{config}");
 }
 
 #[test]
@@ -436,4 +425,69 @@ fn check_json_reports_sources_listeners_and_warnings() {
         "{report}"
     );
     assert!(err.contains("shceme"), "{err}");
+}
+
+#[test]
+fn the_man_page_holds_the_configuration_reference() {
+    use hookinbox::config::reference::SECTIONS;
+    let dir = tempfile::tempdir().unwrap();
+    let assets = dir.path().join("assets");
+    // As packaging/build-deb.sh runs it.
+    let (code, _, err) = hookinbox(&["generate", "--out-dir", assets.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let page = assets.join("hookinbox.1");
+    let source = std::fs::read_to_string(&page).unwrap();
+    assert!(source.contains(".SH CONFIGURATION"), "{source}");
+    for s in SECTIONS {
+        assert!(
+            source.contains(&format!(".SS {}", s.header)),
+            "{}",
+            s.header
+        );
+    }
+
+    // And as `man` shows it: every section and key in the CONFIGURATION section.
+    let man = std::process::Command::new("man")
+        .args(["--warnings", "-l"])
+        .arg(&page)
+        .env("MANWIDTH", "100")
+        .env("MANPAGER", "cat")
+        .output();
+    let out = match man {
+        Ok(out) if out.status.success() => out,
+        Ok(out) => panic!("man -l failed: {}", String::from_utf8_lossy(&out.stderr)),
+        Err(e) => {
+            return crate::support::skip(
+                "MAN",
+                "the_man_page_holds_the_configuration_reference",
+                &format!("no man command to render the page ({e})"),
+            );
+        }
+    };
+    let warnings = String::from_utf8_lossy(&out.stderr);
+    assert!(warnings.trim().is_empty(), "groff warns: {warnings}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let config = &text[text
+        .find("\nCONFIGURATION\n")
+        .expect("a CONFIGURATION section")..];
+    let mut rest = config;
+    for s in SECTIONS {
+        let at = rest
+            .find(&format!("\n   {}\n", s.header))
+            .unwrap_or_else(|| panic!("{} is not shown, in order", s.header));
+        rest = &rest[at..];
+        for key in s.keys {
+            assert!(
+                rest.contains(&format!("\n       {} = ", key.name)),
+                "{} {} is not shown",
+                s.header,
+                key.name
+            );
+        }
+    }
+    assert!(
+        config.contains("max_body = size  (default: \"1MiB\")"),
+        "{config}"
+    );
+    assert!(config.contains("standard-webhooks, stripe"), "{config}");
 }
