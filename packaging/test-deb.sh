@@ -59,6 +59,7 @@ getent passwd hookinbox >/dev/null || fail "the hookinbox user was not created"
 [ "$(stat -c %a /etc/hookinbox/hookinbox.toml)" = "640" ] || fail "the config is not 640"
 /usr/bin/hookinbox check --config /etc/hookinbox/hookinbox.toml || fail "check fails on the installed default config"
 [ -f /usr/share/man/man1/hookinbox.1.gz ] || fail "no man page"
+zcat /usr/share/man/man1/hookinbox.1.gz | grep -q '^\.SH CONFIGURATION' || fail "the man page has no configuration reference"
 
 unit=/usr/lib/systemd/system/hookinbox.service
 if command -v systemd-analyze >/dev/null 2>&1; then

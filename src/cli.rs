@@ -10,6 +10,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 use crate::store::retention::Rule;
 use crate::{commands, config};
 
+/// The help heading of the options every subcommand takes.
+const GLOBAL: &str = "Global options";
+
 /// hookinbox: a webhook front door. It verifies each delivery's signature, stores it durably
 /// in a SQLite inbox before answering 2xx, and forwards it to your app under one
 /// idempotency key until the app accepts it.
@@ -18,26 +21,31 @@ use crate::{commands, config};
 #[command(
     after_help = "Start with:  hookinbox check --config examples/quickstart.toml\n\
                         Then:        hookinbox serve --config examples/quickstart.toml\n\
-                        Exit codes:  0 ok, 1 failure, 2 bad usage, 3 bad config, 4 not found"
+                        Exit codes:  0 ok, 1 failure, 2 bad usage, 3 bad config, 4 not found\n\
+                        More:        each command's --help ends with examples; man hookinbox \
+                        has the configuration reference"
 )]
 pub struct Cli {
     /// The configuration file [default: /etc/hookinbox/hookinbox.toml if it exists, else
     /// ./hookinbox.toml]
+    // The global options sit under a heading of their own, so that each subcommand's
+    // `--help` shows its own options first.
     #[arg(
         long,
         short,
         global = true,
         env = "HOOKINBOX_CONFIG",
-        value_name = "FILE"
+        value_name = "FILE",
+        help_heading = GLOBAL
     )]
     pub config: Option<PathBuf>,
 
     /// The inbox to inspect, replay, prune or back up, instead of the config's store.path
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(long, global = true, value_name = "FILE", help_heading = GLOBAL)]
     pub db: Option<PathBuf>,
 
     /// How logs are written to stderr
-    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, help_heading = GLOBAL)]
     pub log_format: LogFormat,
 
     #[command(subcommand)]
@@ -52,46 +60,89 @@ pub enum LogFormat {
     Json,
 }
 
+// Every subcommand's help ends with examples that work as written (the tests parse each
+// one), in the `Examples:` form of `EXAMPLES_*` below.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Receive webhooks: verify, store durably, answer, forward (until SIGTERM or SIGINT;
     /// SIGHUP reloads the sources, secrets and targets)
+    #[command(after_help = "Examples:\n  \
+        hookinbox serve --config examples/quickstart.toml\n  \
+        hookinbox serve --log-format json      # /etc/hookinbox/hookinbox.toml, as the unit runs it")]
     Serve,
     /// Validate the configuration and print what `serve` would do, without starting
-    Check,
+    #[command(after_help = "Examples:\n  \
+        hookinbox check --config examples/quickstart.toml\n  \
+        hookinbox check --json | jq .warnings  # exit 3 when something would fail at run time")]
+    Check(commands::check::Args),
     /// Print a correctly signed test request for a source (a curl command by default)
-    ///
-    /// Example: hookinbox sign --source demo | sh
+    #[command(after_help = "Examples:\n  \
+        hookinbox sign --source demo | sh       # sends it to this config's listener\n  \
+        hookinbox sign --source demo --body event.json --format headers")]
     Sign(commands::sign::Args),
     /// Queue deliveries again under their idempotency keys: one event, every dead delivery,
     /// or a time range (a running `serve` sends them within a second)
+    #[command(after_help = "Examples:\n  \
+        hookinbox replay 42                     # every delivery of event 42\n  \
+        hookinbox replay --dead --source stripe --target app --dry-run")]
     Replay(commands::replay::Args),
     /// Ask the running serve to reload its configuration, and wait for the answer (exit 1
     /// when it was refused; the unit's ExecReload)
     ///
     /// The same as SIGHUP, but it tells: `systemctl reload hookinbox` fails with the reason
     /// instead of reporting success the moment the signal is sent.
+    #[command(after_help = "Examples:\n  \
+        hookinbox reload --config /etc/hookinbox/hookinbox.toml\n  \
+        hookinbox reload --timeout 90s          # wait up to 90s for the answer")]
     Reload(commands::reload::Args),
     /// Apply the retention windows now (serve does it every 10 minutes)
+    #[command(after_help = "Examples:\n  \
+        hookinbox prune --dry-run               # what would go, per source\n  \
+        hookinbox prune --json --config /etc/hookinbox/hookinbox.toml")]
     Prune(commands::prune::Args),
     /// Write a consistent, checked copy of the inbox while serve runs
+    #[command(after_help = "Examples:\n  \
+        hookinbox backup /var/backups/hookinbox.db\n  \
+        hookinbox backup --json --db /var/lib/hookinbox/inbox.db /var/backups/before-upgrade.db")]
     Backup(commands::backup::Args),
     /// List stored events, newest first, with what became of their deliveries
+    #[command(after_help = "Examples:\n  \
+        hookinbox events --status dead --since 1d\n  \
+        hookinbox events --source stripe --limit 500 --json")]
     Events(commands::events::Args),
     /// Show one event: identity, headers, body, and every delivery with every attempt
+    #[command(after_help = "Examples:\n  \
+        hookinbox show 42                       # 42: the ID column of hookinbox events\n  \
+        hookinbox show evt_1NXWPE2eZvKYlo2C --source stripe --body > body.json")]
     Show(commands::show::Args),
     /// List conflicts (same event id, different bytes: quarantined, never forwarded)
+    #[command(after_help = "Examples:\n  \
+        hookinbox conflicts --source stripe\n  \
+        hookinbox conflicts --json")]
     Conflicts(commands::conflicts::Args),
     /// List dead deliveries (a target gave up), newest first: the candidates for replay
+    #[command(after_help = "Examples:\n  \
+        hookinbox dead --source stripe --target app\n  \
+        hookinbox replay --delivery 57          # one of them again, by its DELIVERY id")]
     Dead(commands::dead::Args),
     /// Open a source's window for a handshake that hands over its secret (Asana): the first
     /// one within it is trusted and stored, any other refused
+    #[command(after_help = "Examples:\n  \
+        hookinbox arm --source asana            # then create the webhook at Asana\n  \
+        hookinbox arm --source asana --for 30m")]
     Arm(commands::arm::Args),
     /// Make a test key pair for a scheme verified with public keys (Discord, SendGrid,
     /// Standard Webhooks v1a), to try a source with `sign --signing-key`
+    #[command(after_help = "Examples:\n  \
+        hookinbox keypair --scheme discord --out test  # test.pub for secrets, test.key\n  \
+        hookinbox sign --source discord --signing-key file:test.key | sh")]
     Keypair(commands::keypair::Args),
     /// Write the man page and shell completions (for packaging)
-    #[command(hide = true)]
+    #[command(
+        hide = true,
+        after_help = "Examples:\n  \
+        hookinbox generate --out-dir target/assets   # as packaging/build-deb.sh runs it"
+    )]
     Generate {
         /// Where to write hookinbox.1, hookinbox.bash, _hookinbox and hookinbox.fish
         #[arg(long, value_name = "DIR")]
@@ -134,15 +185,23 @@ pub fn run(cli: Cli) -> Exit {
             args,
             &mut std::io::stdout().lock(),
         ),
-        Command::Serve | Command::Check | Command::Sign(_) => {
+        Command::Serve | Command::Check(_) | Command::Sign(_) => {
             let purpose = match &cli.command {
-                Command::Check => config::Purpose::Check,
+                Command::Check(_) => config::Purpose::Check,
                 Command::Sign(args) => config::Purpose::Sign(&args.source),
                 _ => config::Purpose::Serve,
             };
             let config = match config::load_for(&path, purpose) {
                 Ok(c) => c,
                 Err(e) => {
+                    if let Command::Check(commands::check::Args { json: true }) = &cli.command {
+                        // A script reading `check --json` gets its answer on stdout too.
+                        let _ = commands::check::write_load_error(
+                            &path,
+                            &e,
+                            &mut std::io::stdout().lock(),
+                        );
+                    }
                     eprintln!("error: {e:#}");
                     return Exit::Config;
                 }
@@ -200,7 +259,7 @@ pub fn run(cli: Cli) -> Exit {
 fn with_config(config: config::Config, command: Command) -> anyhow::Result<()> {
     let out = &mut std::io::stdout().lock();
     match command {
-        Command::Check => commands::check::run(&config, out),
+        Command::Check(args) => commands::check::run(&config, &args, out),
         Command::Sign(args) => commands::sign::run(&config, &args, out),
         Command::Serve => {
             commands::serve::abort_on_panic();
@@ -266,7 +325,7 @@ fn offline_command(
         Command::Conflicts(args) => commands::conflicts::run(db, args, out),
         Command::Dead(args) => commands::dead::run(db, args, out),
         Command::Serve
-        | Command::Check
+        | Command::Check(_)
         | Command::Sign(_)
         | Command::Generate { .. }
         | Command::Keypair(_)
@@ -284,5 +343,31 @@ mod tests {
     #[test]
     fn cli_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_subcommand_ends_its_help_with_examples_that_parse() {
+        for sub in Cli::command().get_subcommands() {
+            let name = sub.get_name();
+            let after = sub.get_after_help().map(|h| h.to_string());
+            let after = after.unwrap_or_default();
+            let mut lines = after.lines();
+            assert_eq!(lines.next(), Some("Examples:"), "{name}");
+            let mut examples = 0;
+            for line in lines {
+                // The command, without its comment and what the shell does with its output.
+                let command = line.split(" #").next().unwrap();
+                let words: Vec<&str> = command
+                    .split_whitespace()
+                    .take_while(|w| !matches!(*w, "|" | ">"))
+                    .collect();
+                assert_eq!(words.first(), Some(&"hookinbox"), "{name}: {line:?}");
+                if let Err(e) = Cli::try_parse_from(&words) {
+                    panic!("{name}: the example {line:?} does not parse: {e}");
+                }
+                examples += 1;
+            }
+            assert!(examples >= 1, "{name}");
+        }
     }
 }

@@ -5,7 +5,7 @@
 //!
 //! - [`cli`]: the command line (clap), parsed in `main.rs` and dispatched to [`commands`].
 //! - [`config`]: the TOML file, validated into a [`config::Config`] with secrets loaded;
-//!   warnings and the problems `check` reports.
+//!   warnings and the problems `check` reports; the reference the man page renders.
 //! - [`secret`]: where secrets come from, and a type that never prints them.
 //! - [`scheme`]: one module per signature scheme; pure functions over (headers, body, now).
 //! - [`store`]: the inbox: schema and migrations, the single writer with group commit,

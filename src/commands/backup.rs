@@ -1,46 +1,95 @@
 //! `hookinbox backup FILE`: a consistent copy of the inbox while `serve` runs.
 //!
-//! `VACUUM INTO` writes the snapshot of one read transaction (everything committed before
-//! it began), compacted, from a read-only connection, so the service keeps writing
-//! meanwhile. SQLite does not fsync that file, so we do, and then check it with
-//! `PRAGMA integrity_check` before calling it a backup.
+//! SQLite's online backup API copies the inbox page by page from a read-only connection
+//! that holds one read transaction for the whole copy, so every step reads the same
+//! snapshot (everything committed before it began) while the service keeps writing; the
+//! page count gives a progress line on a terminal. The copy is switched to a rollback
+//! journal, so that it is one self-contained file, synced with its directory, and then
+//! checked with `PRAGMA integrity_check` before it is called a backup.
 
 use std::io::Write;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
+use rusqlite::backup::{Backup, StepResult};
+use serde::Serialize;
 
 use crate::store;
+use crate::terminal::Progress;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Where to write the copy; it must not exist yet
     #[arg(value_name = "FILE")]
     pub file: std::path::PathBuf,
+    /// Print JSON instead of text
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Pages copied per step: 4 MiB at the inbox's 4 KiB pages. The snapshot is held for the
+/// whole copy either way, so the step only sets how often progress is reported; a step
+/// of this size costs a few milliseconds.
+const PAGES_PER_STEP: i32 = 1024;
+/// How long a step that found the inbox locked (only WAL recovery after a crash takes such
+/// a lock from a reader) waits before trying again, and how long in all.
+const BUSY_PAUSE: Duration = Duration::from_millis(50);
+const BUSY_FOR_AT_MOST: Duration = Duration::from_secs(5);
+
+/// What `backup` wrote: its text and JSON output.
+#[derive(Debug, Serialize)]
+struct Written {
+    /// The inbox copied.
+    inbox: String,
+    /// The copy.
+    path: String,
+    bytes: u64,
+    pages: i64,
+    /// Events in the copy.
+    events: i64,
+    duration_ms: u128,
+    /// `PRAGMA integrity_check` of the copy: "ok", or the problems it found.
+    integrity_check: String,
 }
 
 pub fn run(db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
+    let started = Instant::now();
     // Absolute, so that SQLite never reads a name like "file:x.db" as a URI, and the parent
     // directory (fsynced below) is never empty.
     let dest = &std::path::absolute(&args.file)
         .with_context(|| format!("resolving {}", args.file.display()))?;
-    if dest.exists() {
-        bail!(
+    // Created here, exclusively: the backup API would overwrite whatever it finds.
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(dest)
+    {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => bail!(
             "{} already exists; name a new file (a backup never overwrites)",
             dest.display()
-        );
+        ),
+        Err(e) => return Err(e).with_context(|| format!("creating {}", dest.display())),
     }
-    let dest_text = dest
-        .to_str()
-        .with_context(|| format!("{} is not a UTF-8 path", dest.display()))?;
-    let conn =
-        store::read::open(db).with_context(|| format!("opening the inbox {}", db.display()))?;
-    if let Err(e) = conn.execute("VACUUM INTO ?1", [dest_text]) {
-        // An interrupted VACUUM INTO can leave a partial file; it is not a backup.
-        let _ = std::fs::remove_file(dest);
-        return Err(e).with_context(|| format!("writing the copy to {}", dest.display()));
+    // On a terminal, pages copied out of the snapshot's pages, on stderr.
+    let mut progress = None;
+    let copied = copy(db, dest, PAGES_PER_STEP, |done, total| {
+        progress
+            .get_or_insert_with(|| Progress::new("copying pages", Some(total)))
+            .set(done);
+    });
+    if let Some(p) = progress {
+        p.finish();
     }
-    drop(conn);
+    let (pages, events) = match copied {
+        Ok(counts) => counts,
+        Err(e) => {
+            // A partial copy is not a backup.
+            let _ = std::fs::remove_file(dest);
+            return Err(e.context(format!("writing the copy to {}", dest.display())));
+        }
+    };
     std::fs::File::open(dest)
         .and_then(|f| f.sync_all())
         .with_context(|| format!("syncing {} to disk", dest.display()))?;
@@ -50,25 +99,151 @@ pub fn run(db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
             .and_then(|f| f.sync_all())
             .with_context(|| format!("syncing the directory {}", dir.display()))?;
     }
+    // A connection of its own, so that the check reads the file, not pages still cached.
     let copy = store::read::open(dest)?;
     let verdict: String = copy.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
-    if verdict != "ok" {
+    let written = Written {
+        inbox: db.display().to_string(),
+        path: dest.display().to_string(),
+        bytes: std::fs::metadata(dest)?.len(),
+        pages,
+        events,
+        duration_ms: started.elapsed().as_millis(),
+        integrity_check: verdict,
+    };
+    if args.json {
+        crate::terminal::write_json(out, &written)?;
+    } else if written.integrity_check == "ok" {
+        writeln!(
+            out,
+            "backed up {} to {} ({events} events, {} bytes); integrity_check: ok",
+            written.inbox, written.path, written.bytes
+        )?;
+        writeln!(
+            out,
+            "to restore: stop hookinbox, copy it over the inbox file, remove the old -wal and -shm files, start"
+        )?;
+    }
+    if written.integrity_check != "ok" {
         bail!(
-            "the copy at {} failed its integrity check: {verdict}",
-            dest.display()
+            "the copy at {} failed its integrity check: {}",
+            dest.display(),
+            written.integrity_check
         );
     }
-    let events: i64 = copy.query_row("SELECT count(*) FROM events", [], |r| r.get(0))?;
-    let bytes = std::fs::metadata(dest)?.len();
-    writeln!(
-        out,
-        "backed up {} to {} ({events} events, {bytes} bytes); integrity_check: ok",
-        db.display(),
-        dest.display()
-    )?;
-    writeln!(
-        out,
-        "to restore: stop hookinbox, copy it over the inbox file, remove the old -wal and -shm files, start"
-    )?;
     Ok(())
+}
+
+/// Copies the inbox at `db` into the empty file `dest`, `pages_per_step` pages at a time,
+/// calling `on_step(pages done, pages in all)` after each step; returns the pages and the
+/// events copied.
+fn copy(
+    db: &Path,
+    dest: &Path,
+    pages_per_step: i32,
+    mut on_step: impl FnMut(u64, u64),
+) -> anyhow::Result<(i64, i64)> {
+    let source =
+        store::read::open(db).with_context(|| format!("opening the inbox {}", db.display()))?;
+    // The read transaction that every step reads from. A step opens one of its own when
+    // none is open and closes it after, and then the next one would see the service's new
+    // commits and start the copy over: under steady traffic it might never finish.
+    source.execute_batch("BEGIN")?;
+    let events: i64 = source.query_row("SELECT count(*) FROM events", [], |r| r.get(0))?;
+    let pages: i64 = source.query_row("PRAGMA page_count", [], |r| r.get(0))?;
+    let mut target = rusqlite::Connection::open(dest)?;
+    {
+        let backup = Backup::new(&source, &mut target)?;
+        let mut busy_since = None;
+        loop {
+            let step = backup.step(pages_per_step)?;
+            let p = backup.progress();
+            let count = |n: i32| u64::try_from(n).unwrap_or(0);
+            on_step(count(p.pagecount - p.remaining), count(p.pagecount));
+            match step {
+                StepResult::Done => break,
+                StepResult::More => busy_since = None,
+                _busy_or_locked => {
+                    let since = *busy_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() > BUSY_FOR_AT_MOST {
+                        bail!("the inbox stayed locked for {BUSY_FOR_AT_MOST:?}");
+                    }
+                    std::thread::sleep(BUSY_PAUSE);
+                }
+            }
+        }
+    }
+    source.execute_batch("COMMIT")?;
+    // The pages came from a WAL-mode file, header included; as a rollback-journal file the
+    // copy needs no -wal beside it (serve switches it back to WAL when it opens it).
+    let mode: String = target.query_row("PRAGMA journal_mode = DELETE", [], |r| r.get(0))?;
+    if mode != "delete" {
+        bail!("the copy stayed in journal mode {mode}");
+    }
+    target
+        .close()
+        .map_err(|(_, e)| e)
+        .context("closing the copy")?;
+    Ok((pages, events))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn count(conn: &rusqlite::Connection) -> i64 {
+        conn.query_row("SELECT count(*) FROM events", [], |r| r.get(0))
+            .unwrap()
+    }
+
+    #[test]
+    fn the_copy_is_the_snapshot_it_began_with_while_another_connection_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("inbox.db");
+        let writer = rusqlite::Connection::open(&db).unwrap();
+        writer
+            .execute_batch(
+                "PRAGMA journal_mode = WAL;
+                 CREATE TABLE events (id INTEGER PRIMARY KEY, body BLOB);",
+            )
+            .unwrap();
+        let insert = "INSERT INTO events (body) VALUES (zeroblob(3000))";
+        for _ in 0..200 {
+            writer.execute(insert, []).unwrap();
+        }
+        let dest = dir.path().join("copy.db");
+        std::fs::File::create_new(&dest).unwrap();
+        // A commit between every two steps, as a busy serve makes them. Without the held
+        // read transaction each one starts the copy over (and this would never end, hence
+        // the bound).
+        let mut seen = Vec::new();
+        let (pages, events) = copy(&db, &dest, 8, |done, _| {
+            seen.push(done);
+            assert!(seen.len() < 10_000, "the copy keeps starting over");
+            writer.execute(insert, []).unwrap();
+        })
+        .unwrap();
+        assert!(seen.len() > 10, "{seen:?}");
+        assert!(
+            seen.windows(2).all(|w| w[0] < w[1]),
+            "never started over: {seen:?}"
+        );
+        assert_eq!(seen.last(), Some(&u64::try_from(pages).unwrap()));
+        assert_eq!(events, 200);
+        let copy = store::read::open(&dest).unwrap();
+        assert_eq!(
+            count(&copy),
+            200,
+            "the rows committed before it began, no more"
+        );
+        let check: String = copy
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(check, "ok");
+        let mode: String = copy
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "delete", "one self-contained file");
+        assert_eq!(count(&writer), 200 + seen.len() as i64);
+    }
 }

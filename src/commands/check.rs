@@ -4,51 +4,218 @@
 use std::io::Write;
 use std::path::Path;
 
-use crate::config::{Config, TargetKind};
+use serde::Serialize;
+
+use crate::config::{Config, Synchronous, TargetKind};
 use crate::receive::HOOKS_PREFIX;
 use crate::store;
 
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Print JSON instead of text (the exit code is the same)
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What `check` found: the JSON output, and what the text output prints.
+#[derive(Debug, Serialize)]
+struct Report {
+    config: String,
+    /// No problems: what `serve` would do works (warnings aside).
+    ok: bool,
+    listeners: Listeners,
+    inbox: Inbox,
+    sources: Vec<SourceReport>,
+    /// The `[[alerts]]` targets.
+    alerts: Vec<TargetReport>,
+    warnings: Vec<String>,
+    /// What would fail at run time (exit code 3).
+    problems: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct Listeners {
+    public: String,
+    admin: String,
+    tls: bool,
+    /// Whether the web inbox may replay, pause and resume (`admin.actions`).
+    web_actions: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct Inbox {
+    path: String,
+    synchronous: &'static str,
+}
+
+#[derive(Debug, Serialize)]
+struct SourceReport {
+    name: String,
+    scheme: &'static str,
+    methods: Vec<&'static str>,
+    path: String,
+    /// Secrets configured (their values are never printed).
+    secrets: usize,
+    /// How the event id is found; null where the scheme has no rule of its own.
+    event_id: Option<String>,
+    /// `expect_every`, in words: silent after this long without an event.
+    expect_every: Option<String>,
+    targets: Vec<TargetReport>,
+}
+
+#[derive(Debug, Serialize)]
+struct TargetReport {
+    name: String,
+    /// `"url": …` or `"command": […]`, as the file writes it.
+    #[serde(flatten)]
+    to: To,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum To {
+    Url(String),
+    Command(Vec<String>),
+}
+
+fn report(config: &Config) -> Report {
+    let sources = config
+        .sources
+        .iter()
+        .map(|s| SourceReport {
+            name: s.name.clone(),
+            scheme: s.scheme.name(),
+            methods: s
+                .scheme
+                .verifier()
+                .methods()
+                .iter()
+                .map(|m| m.as_str())
+                .collect(),
+            path: format!("{HOOKS_PREFIX}{}", s.name),
+            secrets: s.secret_origins.len(),
+            event_id: s.scheme.id_rule().map(|r| r.describe()),
+            expect_every: s
+                .expect_every
+                .map(|d| humantime::format_duration(d).to_string()),
+            targets: s.targets.iter().map(target_report).collect(),
+        })
+        .collect();
+    let mut warnings = config.warnings();
+    warnings.extend(conversion_warning(&config.store.path));
+    let problems = config.problems();
+    Report {
+        config: config.path.display().to_string(),
+        ok: problems.is_empty(),
+        listeners: Listeners {
+            public: config.server.listen.to_string(),
+            admin: config.admin.listen.to_string(),
+            tls: config.server.tls.is_some(),
+            web_actions: config.admin.actions,
+        },
+        inbox: Inbox {
+            path: config.store.path.display().to_string(),
+            synchronous: match config.store.synchronous {
+                Synchronous::Full => "full",
+                Synchronous::Normal => "normal",
+            },
+        },
+        sources,
+        alerts: config.alerts.iter().map(target_report).collect(),
+        warnings,
+        problems,
+    }
+}
+
+fn target_report(t: &crate::config::Target) -> TargetReport {
+    TargetReport {
+        name: t.name.clone(),
+        to: match &t.kind {
+            TargetKind::Url(url) => To::Url(url.clone()),
+            TargetKind::Command(argv) => To::Command(argv.clone()),
+        },
+    }
+}
+
+fn target_line(t: &TargetReport) -> String {
+    match &t.to {
+        To::Url(url) => format!("url {url}"),
+        To::Command(argv) => format!("command {argv:?}"),
+    }
+}
+
 /// Prints each source, its scheme, path and targets, then the warnings, then the problems
-/// (an error when there are any).
-pub fn run(config: &Config, out: &mut impl Write) -> anyhow::Result<()> {
-    writeln!(out, "config {} parses and validates", config.path.display())?;
+/// (an error when there are any); or all of it as JSON.
+pub fn run(config: &Config, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
+    let r = report(config);
+    if args.json {
+        crate::terminal::write_json(out, &r)?;
+    } else {
+        write_text(&r, out)?;
+    }
+    if r.ok {
+        Ok(())
+    } else {
+        Err(Problems(r.problems.len()).into())
+    }
+}
+
+/// `check --json` for a file that does not even load: the same `config` and `ok` keys, and
+/// the error (also on stderr; the exit code is 3 either way).
+pub fn write_load_error(
+    path: &Path,
+    error: &anyhow::Error,
+    out: &mut impl Write,
+) -> std::io::Result<()> {
+    crate::terminal::write_json(
+        out,
+        &serde_json::json!({
+            "config": path.display().to_string(),
+            "ok": false,
+            "error": format!("{error:#}"),
+        }),
+    )
+}
+
+fn write_text(r: &Report, out: &mut impl Write) -> std::io::Result<()> {
+    writeln!(out, "config {} parses and validates", r.config)?;
     writeln!(
         out,
-        "  listen  {}  (admin {})",
-        config.server.listen, config.admin.listen
+        "  listen  {}  (admin and web inbox {}, {})",
+        r.listeners.public,
+        r.listeners.admin,
+        if r.listeners.web_actions {
+            "actions on"
+        } else {
+            "read-only"
+        }
     )?;
     writeln!(
         out,
-        "  inbox   {}  (synchronous={:?})",
-        config.store.path.display(),
-        config.store.synchronous
+        "  inbox   {}  (synchronous={})",
+        r.inbox.path, r.inbox.synchronous
     )?;
-    for s in &config.sources {
-        let methods: Vec<&str> = s
-            .scheme
-            .verifier()
-            .methods()
-            .iter()
-            .map(|m| m.as_str())
-            .collect();
+    for s in &r.sources {
         writeln!(
             out,
-            "  source  {:<16} scheme={:<17} {} {HOOKS_PREFIX}{}  secrets={}",
+            "  source  {:<16} scheme={:<17} {} {}  secrets={}",
             s.name,
-            s.scheme.name(),
-            methods.join(","),
-            s.name,
-            s.secret_origins.len()
+            s.scheme,
+            s.methods.join(","),
+            s.path,
+            s.secrets
         )?;
-        if let Some(rule) = s.scheme.id_rule() {
-            writeln!(out, "          event id {}", rule.describe())?;
+        if let Some(rule) = &s.event_id {
+            writeln!(out, "          event id {rule}")?;
+        }
+        if let Some(every) = &s.expect_every {
+            writeln!(
+                out,
+                "          silent (an alert) after {every} without an event"
+            )?;
         }
         for t in &s.targets {
-            let what = match &t.kind {
-                TargetKind::Url(url) => format!("url {url}"),
-                TargetKind::Command(argv) => format!("command {argv:?}"),
-            };
-            writeln!(out, "          target {:<10} {what}", t.name)?;
+            writeln!(out, "          target {:<10} {}", t.name, target_line(t))?;
         }
         if s.targets.is_empty() {
             writeln!(
@@ -57,22 +224,22 @@ pub fn run(config: &Config, out: &mut impl Write) -> anyhow::Result<()> {
             )?;
         }
     }
-    let warnings = config.warnings();
-    for w in &warnings {
+    for t in &r.alerts {
+        writeln!(out, "  alerts  {:<16} {}", t.name, target_line(t))?;
+    }
+    if r.alerts.is_empty() {
+        writeln!(
+            out,
+            "  alerts  (no [[alerts]] targets: alerts are logged and shown in the web inbox)"
+        )?;
+    }
+    for w in &r.warnings {
         writeln!(out, "warning: {w}")?;
     }
-    if let Some(w) = conversion_warning(&config.store.path) {
-        writeln!(out, "warning: {w}")?;
-    }
-    let problems = config.problems();
-    for p in &problems {
+    for p in &r.problems {
         writeln!(out, "error: {p}")?;
     }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(Problems(problems.len()).into())
-    }
+    Ok(())
 }
 
 /// `check` found what `serve` would only meet at run time (exit code 3).

@@ -1,22 +1,25 @@
 //! `hookinbox generate --out-dir DIR` (hidden): writes the man page and the shell
 //! completions from the same clap definitions the binary parses, so they never drift from
 //! it. The packaging script runs it; nothing is generated at build time.
+//!
+//! The man page also carries the configuration reference, rendered from
+//! [`crate::config::reference`], whose tests keep it equal to what the parser accepts.
 
 use std::path::Path;
 
 use anyhow::Context as _;
 use clap::CommandFactory;
 use clap_complete::Shell;
+use clap_mangen::roff::{Roff, bold, italic, roman};
 
 use crate::cli::Cli;
+use crate::config::reference::{FORMS, INTRO, IfAbsent, SECTIONS};
 
 /// Writes `hookinbox.1`, `hookinbox.bash`, `_hookinbox` (zsh) and `hookinbox.fish`.
 pub fn run(out_dir: &Path, out: &mut impl std::io::Write) -> anyhow::Result<()> {
     std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let mut cmd = Cli::command();
-    let mut page = Vec::new();
-    clap_mangen::Man::new(cmd.clone()).render(&mut page)?;
-    write(out_dir, "hookinbox.1", &page, out)?;
+    write(out_dir, "hookinbox.1", &man_page(cmd.clone())?, out)?;
     for (shell, file) in [
         (Shell::Bash, "hookinbox.bash"),
         (Shell::Zsh, "_hookinbox"),
@@ -27,6 +30,65 @@ pub fn run(out_dir: &Path, out: &mut impl std::io::Write) -> anyhow::Result<()> 
         write(out_dir, file, &script, out)?;
     }
     Ok(())
+}
+
+/// clap_mangen's sections with CONFIGURATION after the commands, where man pages put it
+/// (before the EXTRA notes and VERSION). Each piece clap_mangen renders starts with its
+/// two-line apostrophe preamble, a string definition that may be repeated harmlessly.
+fn man_page(cmd: clap::Command) -> std::io::Result<Vec<u8>> {
+    let man = clap_mangen::Man::new(cmd);
+    let mut page = Vec::new();
+    man.render_title(&mut page)?;
+    man.render_name_section(&mut page)?;
+    man.render_synopsis_section(&mut page)?;
+    man.render_description_section(&mut page)?;
+    man.render_options_section(&mut page)?;
+    man.render_subcommands_section(&mut page)?;
+    configuration().to_writer(&mut page)?;
+    man.render_extra_section(&mut page)?;
+    man.render_version_section(&mut page)?;
+    Ok(page)
+}
+
+/// The CONFIGURATION section: the forms values take, then each table with its keys.
+fn configuration() -> Roff {
+    let mut roff = Roff::new();
+    roff.control("SH", ["CONFIGURATION"]);
+    roff.text([roman(INTRO)]);
+    roff.control("SS", ["Values"]);
+    for (form, meaning) in FORMS {
+        roff.control("TP", []);
+        roff.text([italic(*form)]);
+        roff.text([roman(*meaning)]);
+    }
+    for section in SECTIONS {
+        roff.control("SS", [section.header]);
+        roff.text([roman(section.about)]);
+        for key in section.keys {
+            let absent = match key.if_absent {
+                IfAbsent::Required => "required".to_owned(),
+                IfAbsent::Off => "not set by default".to_owned(),
+                IfAbsent::Default(value) | IfAbsent::Derived(value) => {
+                    format!("default: {value}")
+                }
+            };
+            roff.control("TP", []);
+            roff.text([
+                bold(key.name),
+                roman(" = "),
+                italic(key.form),
+                roman(format!("  ({absent})")),
+            ]);
+            roff.text([roman(key.meaning)]);
+        }
+    }
+    roff.control("SS", ["Schemes"]);
+    roff.text([roman(format!(
+        "A source's scheme is one of: {}. Each one's settings, secret, event identity, \
+         handshake and caveats are in providers.md (/usr/share/doc/hookinbox/providers.md).",
+        crate::scheme::providers::names().join(", ")
+    ))]);
+    roff
 }
 
 fn write(

@@ -1,5 +1,6 @@
 //! `hookinbox prune`: applies the sources' retention windows now (`serve` also does it every
-//! ten minutes). Safe while `serve` runs: short transactions, chunk by chunk.
+//! ten minutes). Safe while `serve` runs: short transactions, chunk by chunk. On a terminal
+//! it shows its progress on stderr; piped, it prints only its report.
 
 use std::io::Write;
 use std::path::Path;
@@ -10,6 +11,7 @@ use serde::Serialize;
 
 use crate::store;
 use crate::store::retention::{self, Pruned, Rule};
+use crate::terminal::Progress;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -33,9 +35,19 @@ pub fn run(db: &Path, rules: &[Rule], args: &Args, out: &mut impl Write) -> anyh
         store::open_current(db).with_context(|| format!("opening the inbox {}", db.display()))?;
     let now = SystemTime::now();
     let mut rows = Vec::with_capacity(rules.len());
-    for rule in rules {
+    // On a terminal, a line of progress on stderr: rows removed so far (a total would cost
+    // a dry run first), then the pages given back out of those there are to give.
+    let mut progress = if args.dry_run {
+        Progress::new("counting, sources", u64::try_from(rules.len()).ok())
+    } else {
+        Progress::new("pruning, rows removed", None)
+    };
+    let mut removed = 0;
+    for (i, rule) in rules.iter().enumerate() {
         let pruned = if args.dry_run {
-            retention::count(&conn, rule, now)?
+            let would = retention::count(&conn, rule, now)?;
+            progress.set(i as u64 + 1);
+            would
         } else {
             let mut total = Pruned::default();
             loop {
@@ -44,6 +56,8 @@ pub fn run(db: &Path, rules: &[Rule], args: &Args, out: &mut impl Write) -> anyh
                 let done = retention::prune_chunk(&tx, rule, now)?;
                 tx.commit()?;
                 total.add(done);
+                removed += u64::try_from(done.total()).unwrap_or(0);
+                progress.set(removed);
                 if done.total() == 0 {
                     break total;
                 }
@@ -54,18 +68,26 @@ pub fn run(db: &Path, rules: &[Rule], args: &Args, out: &mut impl Write) -> anyh
             pruned,
         });
     }
+    progress.finish();
     // The freed pages go back to the file system, one short transaction per step.
     let mut released = 0;
     if !args.dry_run {
+        let (free, _) = store::page_counts(&conn)?;
+        let to_release = u64::try_from(free - store::FREE_PAGE_RESERVE).unwrap_or(0);
+        let mut progress = Progress::new("giving free pages back", Some(to_release));
         loop {
             let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
             let n = store::release_free_pages(&tx)?;
             tx.commit()?;
             released += n;
+            // A release also drops the pointer-map pages that tracked the freed ones, so it
+            // can count a little past the free list.
+            progress.set(u64::try_from(released).unwrap_or(0).min(to_release));
             if n == 0 {
                 break;
             }
         }
+        progress.finish();
     }
     let (free, pages) = store::page_counts(&conn)?;
     if args.json {

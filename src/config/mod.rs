@@ -8,9 +8,11 @@
 //! - this module: the validated types, their limits and defaults, loading;
 //! - `raw`: the serde mirror of the file, durations and sizes;
 //! - `validate`: raw → [`Config`], secrets loaded, schemes prepared;
-//! - `warnings`: what works but an operator should hear about.
+//! - `warnings`: what works but an operator should hear about;
+//! - `reference`: every table and key with its default and meaning, for the man page.
 
 mod raw;
+pub mod reference;
 mod validate;
 mod warnings;
 

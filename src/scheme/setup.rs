@@ -17,6 +17,7 @@ pub const COMMON_KEYS: &[&str] = &[
     "on_conflict",
     "keep_payload",
     "keep_identity",
+    "expect_every",
     "id_header",
     "id_pointer",
     "id",

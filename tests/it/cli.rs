@@ -291,3 +291,203 @@ fn check_warns_before_serve_rewrites_an_older_inbox() {
     assert_eq!(code, 1);
     assert!(err.contains("start `hookinbox serve` once"), "{err}");
 }
+
+#[test]
+fn each_subcommands_help_shows_its_own_options_first_and_ends_with_examples() {
+    use clap::CommandFactory;
+    let globals = ["--config", "--db", "--log-format"];
+    for sub in hookinbox::cli::Cli::command().get_subcommands() {
+        let name = sub.get_name();
+        for flag in ["--help", "-h"] {
+            let (code, out, err) = hookinbox(&[name, flag]);
+            assert_eq!(code, 0, "{name} {flag}: {err}");
+            let at = |what: &str| {
+                out.find(what)
+                    .unwrap_or_else(|| panic!("{name} {flag}: no {what:?} in\n{out}"))
+            };
+            let (own, global, examples) = (
+                at("\nOptions:\n"),
+                at("\nGlobal options:\n"),
+                at("\nExamples:\n  hookinbox "),
+            );
+            assert!(own < global && global < examples, "{name} {flag}:\n{out}");
+            // Its own options come before the global ones (arguments come first of all,
+            // under clap's "Arguments:")...
+            for long in sub.get_arguments().filter_map(|a| a.get_long()) {
+                // (Searched for after the heading: a required one is in the usage line too.)
+                let shown = out[own..].find(&format!("--{long}")).map(|i| own + i);
+                assert!(
+                    shown.is_some_and(|shown| shown < global),
+                    "{name} {flag}: --{long} is not among its own options"
+                );
+            }
+            // ...which follow under their heading.
+            for g in globals {
+                let after = &out[global..examples];
+                assert!(
+                    after.contains(g),
+                    "{name} {flag}: {g} not under Global options"
+                );
+                assert!(
+                    !out[..global].contains(&format!("{g} ")),
+                    "{name} {flag}: {g} early"
+                );
+            }
+        }
+    }
+    // The top level still lists the commands, and points to the examples and the man page.
+    let (code, out, _) = hookinbox(&["--help"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("Commands:")
+            && out.contains("Global options:")
+            && out.contains("man hookinbox"),
+        "{out}"
+    );
+}
+
+#[test]
+fn check_json_reports_sources_listeners_and_warnings() {
+    let (code, out, err) = hookinbox(&["check", "--json", "--config", &example()]);
+    assert_eq!(code, 0, "{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["ok"], true);
+    assert!(
+        report["config"]
+            .as_str()
+            .unwrap()
+            .ends_with("quickstart.toml")
+    );
+    assert_eq!(report["listeners"]["public"], "127.0.0.1:8080");
+    assert_eq!(report["listeners"]["admin"], "127.0.0.1:9180");
+    assert_eq!(report["listeners"]["tls"], false);
+    assert!(
+        report["inbox"]["path"]
+            .as_str()
+            .unwrap()
+            .ends_with("quickstart-inbox.db")
+    );
+    assert_eq!(report["inbox"]["synchronous"], "full");
+    let demo = &report["sources"][0];
+    assert_eq!(demo["name"], "demo");
+    assert_eq!(demo["scheme"], "standard-webhooks");
+    assert_eq!(demo["methods"], serde_json::json!(["POST"]));
+    assert_eq!(demo["path"], "/hooks/demo");
+    assert_eq!(demo["secrets"], 1);
+    assert_eq!(demo["event_id"], "header webhook-id");
+    assert_eq!(demo["targets"][0]["name"], "log");
+    let command = demo["targets"][0]["command"][0].as_str().unwrap();
+    assert!(command.ends_with("on-event.sh"), "{command}");
+    assert!(demo["targets"][0].get("url").is_none());
+    let warnings = report["warnings"].as_array().unwrap();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("written in the config file")),
+        "{warnings:?}"
+    );
+    assert_eq!(report["problems"], serde_json::json!([]));
+
+    // What would fail at run time: ok is false, the problem is listed, the exit code is 3.
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_in(
+        dir.path(),
+        &format!(
+            "[store]\npath = \"inbox.db\"\n{DEMO_SOURCE}[[sources.targets]]\nname = \"app\"\n\
+             url = \"https://app.example/hooks\"\n[[sources.targets]]\nname = \"audit\"\n\
+             command = [\"/usr/local/bin/no-such-handler\"]\n"
+        ),
+    );
+    let (code, out, err) = hookinbox(&["check", "--json", "--config", &config]);
+    assert_eq!(code, 3, "{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["ok"], false);
+    assert_eq!(
+        report["sources"][0]["targets"][0]["url"],
+        "https://app.example/hooks"
+    );
+    let problems = report["problems"].as_array().unwrap();
+    assert!(
+        problems.len() == 1 && problems[0].as_str().unwrap().contains("no-such-handler"),
+        "{problems:?}"
+    );
+    assert!(err.contains("1 problem(s)"), "{err}");
+
+    // A file that does not load: still JSON on stdout, the error on stderr too, exit 3.
+    let config = config_in(dir.path(), "[store]\npath = \"inbox.db\"\nshceme = 1\n");
+    let (code, out, err) = hookinbox(&["check", "--json", "--config", &config]);
+    assert_eq!(code, 3);
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["ok"], false);
+    assert_eq!(report["config"], config);
+    assert!(
+        report["error"].as_str().unwrap().contains("shceme"),
+        "{report}"
+    );
+    assert!(err.contains("shceme"), "{err}");
+}
+
+#[test]
+fn the_man_page_holds_the_configuration_reference() {
+    use hookinbox::config::reference::SECTIONS;
+    let dir = tempfile::tempdir().unwrap();
+    let assets = dir.path().join("assets");
+    // As packaging/build-deb.sh runs it.
+    let (code, _, err) = hookinbox(&["generate", "--out-dir", assets.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let page = assets.join("hookinbox.1");
+    let source = std::fs::read_to_string(&page).unwrap();
+    assert!(source.contains(".SH CONFIGURATION"), "{source}");
+    for s in SECTIONS {
+        assert!(
+            source.contains(&format!(".SS {}", s.header)),
+            "{}",
+            s.header
+        );
+    }
+
+    // And as `man` shows it: every section and key in the CONFIGURATION section.
+    let man = std::process::Command::new("man")
+        .args(["--warnings", "-l"])
+        .arg(&page)
+        .env("MANWIDTH", "100")
+        .env("MANPAGER", "cat")
+        .output();
+    let out = match man {
+        Ok(out) if out.status.success() => out,
+        Ok(out) => panic!("man -l failed: {}", String::from_utf8_lossy(&out.stderr)),
+        Err(e) => {
+            return crate::support::skip(
+                "MAN",
+                "the_man_page_holds_the_configuration_reference",
+                &format!("no man command to render the page ({e})"),
+            );
+        }
+    };
+    let warnings = String::from_utf8_lossy(&out.stderr);
+    assert!(warnings.trim().is_empty(), "groff warns: {warnings}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let config = &text[text
+        .find("\nCONFIGURATION\n")
+        .expect("a CONFIGURATION section")..];
+    let mut rest = config;
+    for s in SECTIONS {
+        let at = rest
+            .find(&format!("\n   {}\n", s.header))
+            .unwrap_or_else(|| panic!("{} is not shown, in order", s.header));
+        rest = &rest[at..];
+        for key in s.keys {
+            assert!(
+                rest.contains(&format!("\n       {} = ", key.name)),
+                "{} {} is not shown",
+                s.header,
+                key.name
+            );
+        }
+    }
+    assert!(
+        config.contains("max_body = size  (default: \"1MiB\")"),
+        "{config}"
+    );
+    assert!(config.contains("standard-webhooks, stripe"), "{config}");
+}

@@ -29,7 +29,8 @@
 //!   `synchronous = "full"`, and loses some with `"normal"` (the negative control).
 //! - `crash`: the real binary: SIGKILL at random moments loses no acknowledged event, nor a
 //!   delivery in flight; SIGTERM under load; SIGHUP reloads secrets.
-//! - `operate`: replay, retention, backup, metrics and `check` against a filled inbox.
+//! - `operate`: replay, retention, backup, metrics and `check` against a filled inbox;
+//!   `prune` and `backup` quiet when piped and showing progress on a pseudo-terminal.
 //! - `monitoring`: every metric family from the first scrape, at zero per configured source
 //!   and target (and after a reload); build and process metrics; receipt lag to the
 //!   fraction of a second; the shipped alerting rules under `promtool check` and
@@ -37,7 +38,8 @@
 //! - `inbox_sqlite`: the inbox is readable with the system's `sqlite3` while serving.
 //! - `resources`: bounded disk (pruning gives pages back; an inbox under retention stays
 //!   within a bound) and memory (bodies in flight stay within the budget).
-//! - `cli`: the binary's `check` and its error messages.
+//! - `cli`: the binary's `check` and its error messages; the man page, with the
+//!   configuration reference as `man` shows it.
 //! - `inspect`: `events`, `show`, `conflicts` and `dead` on a real inbox: filters, pages,
 //!   exact bodies, exit codes, and provider strings escaped before a terminal.
 //! - `providers`: every source of docs/providers.md, loaded from the document, over HTTP:

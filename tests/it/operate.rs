@@ -418,6 +418,109 @@ async fn backup_under_load_is_intact_and_holds_everything_acknowledged_before_it
     Arc::try_unwrap(server).ok().unwrap().stop().await;
 }
 
+/// The real binary with `args` on a pseudo-terminal (util-linux `script`), as an operator
+/// runs it; returns what the terminal showed, stdout and stderr together. `None` when the
+/// machine has no `script`.
+fn on_a_terminal(args: &[&str]) -> Option<String> {
+    let quote = |s: &str| format!("'{}'", s.replace('\'', "'\\''"));
+    let command: Vec<String> = std::iter::once(env!("CARGO_BIN_EXE_hookinbox"))
+        .chain(args.iter().copied())
+        .map(quote)
+        .collect();
+    let out = std::process::Command::new("script")
+        .args(["-qec", &command.join(" "), "/dev/null"])
+        .env_remove("HOOKINBOX_CONFIG")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    assert!(
+        out.status.success(),
+        "{args:?} on a terminal: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    Some(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[tokio::test]
+async fn prune_and_backup_show_progress_on_a_terminal_and_stay_quiet_when_piped() {
+    // No targets, so every event is finished, and payloads are due at once.
+    let sources = r#"
+[[sources]]
+name = "sw"
+scheme = "standard-webhooks"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+keep_payload = "0s"
+"#;
+    let server = TestServer::start(sources).await;
+    for n in 0..5 {
+        let id = format!("msg_progress_{n}");
+        let req = server.sign("sw", &id, &event_body(&id, "progress"));
+        assert_eq!(server.post("sw", &req).await.0, 200);
+    }
+    let config = config_arg(&server);
+    let db = server.db.display().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let erase_line = "\x1b[K";
+
+    // Piped: stdout is the report alone, and stderr has no progress line.
+    let (code, out, err) = hookinbox(&["prune", "--config", &config]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("removed (per source):\nSOURCE"), "{out:?}");
+    assert!(out.contains("\nsw ") && out.contains("gave "), "{out:?}");
+    assert!(
+        !out.contains('\x1b') && !err.contains(erase_line),
+        "{out:?} {err:?}"
+    );
+    assert_eq!(server.count("SELECT count(*) FROM payloads"), 0);
+    let (code, out, err) = hookinbox(&["prune", "--json", "--config", &config]);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str::<serde_json::Value>(&out).expect("stdout is the JSON alone");
+    assert!(!err.contains(erase_line), "{err:?}");
+
+    let copy = dir.path().join("piped.db");
+    let (code, out, err) = hookinbox(&["backup", "--json", copy.to_str().unwrap(), "--db", &db]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains(erase_line), "{err:?}");
+    let written: serde_json::Value = serde_json::from_str(&out).expect("stdout is the JSON alone");
+    assert_eq!(written["path"], copy.display().to_string());
+    assert_eq!(written["inbox"], db);
+    assert_eq!(written["events"], 5);
+    assert_eq!(written["integrity_check"], "ok");
+    assert!(written["duration_ms"].is_u64(), "{written}");
+    let conn = open_read(&copy);
+    let page_size: i64 = conn
+        .query_row("PRAGMA page_size", [], |r| r.get(0))
+        .unwrap();
+    let bytes = std::fs::metadata(&copy).unwrap().len();
+    assert_eq!(written["bytes"], bytes);
+    assert_eq!(written["pages"].as_i64().unwrap() * page_size, bytes as i64);
+    assert_eq!(
+        conn.query_row("SELECT count(*) FROM events", [], |r| r.get::<_, i64>(0))
+            .unwrap(),
+        5
+    );
+
+    // On a terminal: a progress line on stderr, erased before the report.
+    let Some(shown) = on_a_terminal(&["prune", "--config", &config]) else {
+        skip(
+            "SCRIPT",
+            "prune_and_backup_show_progress_on_a_terminal_and_stay_quiet_when_piped",
+            "no `script` (util-linux) to run the binary on a pseudo-terminal; the piped half ran",
+        );
+        return server.stop().await;
+    };
+    assert!(
+        shown.contains("\r\x1b[Kpruning, rows removed: "),
+        "{shown:?}"
+    );
+    assert!(shown.contains("\r\x1b[Kremoved (per source):"), "{shown:?}");
+    let copy = dir.path().join("shown.db");
+    let shown = on_a_terminal(&["backup", copy.to_str().unwrap(), "--db", &db]).unwrap();
+    assert!(shown.contains("\r\x1b[Kcopying pages: "), "{shown:?}");
+    assert!(shown.contains("\r\x1b[Kbacked up "), "{shown:?}");
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn check_warns_about_short_retention_and_readable_secret_files() {
     let dir = tempfile::tempdir().unwrap();

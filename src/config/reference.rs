@@ -1,0 +1,713 @@
+//! The configuration reference: every table of the file, every key it takes, its default
+//! and what it means, as data. `hookinbox generate` renders it into the man page's
+//! CONFIGURATION section.
+//!
+//! Invariant (kept by the tests below): each section lists exactly the keys its table
+//! accepts — read from the parser's own "unknown field, expected …" error, not from a copy —
+//! and every default it states is one the file may write without changing anything.
+//!
+//! To document a new key, add one [`Key`] to its section's `keys`. A scheme's own settings
+//! (`public_url`, `hmac = {…}`, `topics`, …) are not listed here: docs/providers.md has a
+//! configuration to copy for every scheme, and the test suite drives each one.
+
+/// One table of the file.
+#[derive(Debug)]
+pub struct Section {
+    /// As written in the file: `[server]`, `[[sources]]`, `[sources.order]`.
+    pub header: &'static str,
+    /// What the table is for, and anything true of all its keys.
+    pub about: &'static str,
+    pub keys: &'static [Key],
+}
+
+/// One key of a table.
+#[derive(Debug)]
+pub struct Key {
+    pub name: &'static str,
+    /// What is written: a word from [`FORMS`] or a short phrase.
+    pub form: &'static str,
+    pub if_absent: IfAbsent,
+    pub meaning: &'static str,
+}
+
+/// What a key that is not written means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IfAbsent {
+    /// The file must set it.
+    Required,
+    /// Nothing is set: the feature is off, or the meaning says what happens instead.
+    Off,
+    /// This value, as the file would write it (TOML): writing it changes nothing (tested).
+    Default(&'static str),
+    /// Worked out from other settings, in words.
+    Derived(&'static str),
+}
+
+impl Section {
+    /// The table's path in the file: `sources.targets` for `[[sources.targets]]`.
+    pub fn path(&self) -> &'static str {
+        self.header.trim_matches(|c| c == '[' || c == ']')
+    }
+}
+
+/// What the man page says before the tables.
+pub const INTRO: &str = "One TOML file: --config FILE, or $HOOKINBOX_CONFIG; else \
+    /etc/hookinbox/hookinbox.toml if it exists, else ./hookinbox.toml. An unknown key, a bad \
+    value or a secret that cannot be loaded stops start-up with a message naming the file \
+    and the key; hookinbox check validates a file without starting anything, and warns \
+    about what works but should not be so.";
+
+/// The forms values are written in, shared by many keys.
+pub const FORMS: &[(&str, &str)] = &[
+    (
+        "duration",
+        "A number and a unit, as text: \"500ms\", \"30s\", \"5m\", \"1h 30m\", \"30d\".",
+    ),
+    (
+        "size",
+        "A number and a unit, as text: \"512KiB\", \"1MiB\", \"2 MB\"; a bare number is bytes.",
+    ),
+    (
+        "address",
+        "An IP address and a port, as text: \"127.0.0.1:8080\", \"[::1]:8080\", \
+         \"0.0.0.0:443\".",
+    ),
+    (
+        "secret",
+        "Where a secret is read from: \"env:NAME\", \"file:/path\" (one trailing newline \
+         is dropped), \"credential:NAME\" (systemd LoadCredential=, read from \
+         $CREDENTIALS_DIRECTORY), or the secret itself (check warns about that).",
+    ),
+    (
+        "path",
+        "A file name, as text; a relative one is relative to the directory of the \
+         configuration file.",
+    ),
+    (
+        "JSON pointer",
+        "RFC 6901, as text: \"/id\", \"/data/object/id\".",
+    ),
+];
+
+/// Every table, in the order the man page shows them.
+pub const SECTIONS: &[Section] = &[
+    Section {
+        header: "[server]",
+        about: "The public webhook listener and its limits. A reload (SIGHUP) applies \
+                trusted_proxies and re-reads the TLS files; the rest only a restart applies.",
+        keys: &[
+            Key {
+                name: "listen",
+                form: "address",
+                if_absent: IfAbsent::Default("\"127.0.0.1:8080\""),
+                meaning: "Where providers' requests arrive, at POST /hooks/NAME. Keep it \
+                          behind a TLS proxy, or set [server.tls].",
+            },
+            Key {
+                name: "max_body",
+                form: "size",
+                if_absent: IfAbsent::Default("\"1MiB\""),
+                meaning: "The largest body accepted; a larger one is answered 413 without \
+                          being read. At most 64MiB.",
+            },
+            Key {
+                name: "header_timeout",
+                form: "duration",
+                if_absent: IfAbsent::Default("\"10s\""),
+                meaning: "How long a client may take to send its request head; also how \
+                          long an idle keep-alive connection stays open. At most 1h.",
+            },
+            Key {
+                name: "body_timeout",
+                form: "duration",
+                if_absent: IfAbsent::Default("\"10s\""),
+                meaning: "How long a client may take to send its body once the head \
+                          arrived (408 after it). At most 1h.",
+            },
+            Key {
+                name: "max_connections",
+                form: "integer",
+                if_absent: IfAbsent::Default("1024"),
+                meaning: "Connections served at once, 1 to 65536. At the cap, the \
+                          connection that has been idle longest is closed to make room.",
+            },
+            Key {
+                name: "body_budget",
+                form: "size",
+                if_absent: IfAbsent::Default("\"64MiB\""),
+                meaning: "Bytes of request bodies held in memory at once, all connections \
+                          together: what bounds memory. At least max_body, at most 4GiB. A \
+                          body that finds no room within a second is answered 503.",
+            },
+            Key {
+                name: "trusted_proxies",
+                form: "list of addresses or ranges",
+                if_absent: IfAbsent::Default("[]"),
+                meaning: "Peers whose X-Forwarded-For is believed, like \"127.0.0.1\" or \
+                          \"10.0.0.0/8\". The client is then the nearest address from the \
+                          right that is not a trusted proxy; it is logged and stored with \
+                          the event.",
+            },
+            Key {
+                name: "tls",
+                form: "table",
+                if_absent: IfAbsent::Off,
+                meaning: "HTTPS on the public listener: see [server.tls]. Without it the \
+                          listener speaks plain HTTP.",
+            },
+        ],
+    },
+    Section {
+        header: "[server.tls]",
+        about: "HTTPS on the public listener (HTTP/1.1, rustls). The files are read at \
+                start-up and again on every reload, so a renewed certificate needs no \
+                restart; switching TLS on or off does.",
+        keys: &[
+            Key {
+                name: "cert",
+                form: "path",
+                if_absent: IfAbsent::Required,
+                meaning: "The PEM certificate chain, leaf first.",
+            },
+            Key {
+                name: "key",
+                form: "path",
+                if_absent: IfAbsent::Required,
+                meaning: "Its private key, PEM (PKCS#8, PKCS#1 or SEC1).",
+            },
+        ],
+    },
+    Section {
+        header: "[admin]",
+        about: "The admin listener: /metrics (Prometheus), /healthz, /readyz and the web \
+                inbox at /. Only a restart applies a change.",
+        keys: &[
+            Key {
+                name: "listen",
+                form: "address",
+                if_absent: IfAbsent::Default("\"127.0.0.1:9180\""),
+                meaning: "Where the admin listener answers. Keep it local (browse the web \
+                          inbox through an SSH tunnel); it must not share server.listen's \
+                          port.",
+            },
+            Key {
+                name: "actions",
+                form: "true or false",
+                if_absent: IfAbsent::Default("false"),
+                meaning: "Whether the web inbox may replay events and pause or resume \
+                          targets. Off, it only reads.",
+            },
+            Key {
+                name: "hosts",
+                form: "list of host names",
+                if_absent: IfAbsent::Default("[]"),
+                meaning: "Names the web inbox answers to besides IP addresses and localhost \
+                          (a name a reverse proxy forwards under); any other Host gets 421.",
+            },
+        ],
+    },
+    Section {
+        header: "[store]",
+        about: "The inbox, a SQLite file in WAL mode. Only a restart applies a change.",
+        keys: &[
+            Key {
+                name: "path",
+                form: "path",
+                if_absent: IfAbsent::Required,
+                meaning: "The inbox file, like \"/var/lib/hookinbox/inbox.db\"; serve \
+                          creates it. One serve per inbox (serve locks inbox.db.lock).",
+            },
+            Key {
+                name: "synchronous",
+                form: "\"full\" or \"normal\"",
+                if_absent: IfAbsent::Default("\"full\""),
+                meaning: "\"full\" syncs every commit to disk, so an answered event survives \
+                          a power loss; \"normal\" survives only a crash of the process.",
+            },
+            Key {
+                name: "retention_interval",
+                form: "duration",
+                if_absent: IfAbsent::Default("\"10m\""),
+                meaning: "How often serve applies the sources' retention windows and gives \
+                          freed pages back to the file system, 1s to 1d.",
+            },
+        ],
+    },
+    Section {
+        header: "[[sources]]",
+        about: "One per provider endpoint, served at /hooks/NAME with the methods its \
+                provider uses. Any other key of the table is a setting of the source's \
+                scheme (public_url, hmac, topics, verify_token, …): providers.md \
+                (/usr/share/doc/hookinbox/providers.md) has a configuration to copy for \
+                every scheme. A reload (SIGHUP) applies every change to sources and targets.",
+        keys: &[
+            Key {
+                name: "name",
+                form: "text",
+                if_absent: IfAbsent::Required,
+                meaning: "1 to 64 of a-z, 0-9, - and _; unique. The URL path segment, and \
+                          part of every event's identity.",
+            },
+            Key {
+                name: "scheme",
+                form: "text",
+                if_absent: IfAbsent::Required,
+                meaning: "The provider, which decides how requests are verified and what \
+                          identifies an event: one of the schemes listed below.",
+            },
+            Key {
+                name: "secrets",
+                form: "list of secrets",
+                if_absent: IfAbsent::Off,
+                meaning: "The provider's signing secrets or public keys. Several = \
+                          rotation: any one verifies. Most schemes need at least one; a \
+                          few take none (their trust comes from elsewhere).",
+            },
+            Key {
+                name: "account",
+                form: "text",
+                if_absent: IfAbsent::Default("\"\""),
+                meaning: "A scope inside the identity, for one source serving several \
+                          accounts of a provider.",
+            },
+            Key {
+                name: "tolerance",
+                form: "duration",
+                if_absent: IfAbsent::Derived("the scheme's window, 5m for most"),
+                meaning: "How far a signed timestamp may be from now, either way, 1s to 7d. \
+                          Only for schemes that sign one.",
+            },
+            Key {
+                name: "on_conflict",
+                form: "HTTP status",
+                if_absent: IfAbsent::Default("409"),
+                meaning: "The answer to an event id already stored with different bytes \
+                          (200 to 599). The new version is quarantined (hookinbox \
+                          conflicts), never forwarded.",
+            },
+            Key {
+                name: "keep_payload",
+                form: "duration",
+                if_absent: IfAbsent::Default("\"30d\""),
+                meaning: "Bodies and headers of finished events are dropped after this \
+                          (the identity row stays, so a late redelivery is still a \
+                          duplicate); conflicts and attempt history too.",
+            },
+            Key {
+                name: "keep_identity",
+                form: "duration",
+                if_absent: IfAbsent::Default("\"400d\""),
+                meaning: "Identity rows, with their deliveries and attempts, are dropped \
+                          after this. At least keep_payload; check warns when it is shorter \
+                          than the provider's redelivery horizon.",
+            },
+            Key {
+                name: "expect_every",
+                form: "duration",
+                if_absent: IfAbsent::Off,
+                meaning: "The source is silent (an alert) when no new event arrived for this \
+                          long. At least 1s.",
+            },
+            Key {
+                name: "id_header",
+                form: "header name",
+                if_absent: IfAbsent::Derived("the scheme's event id"),
+                meaning: "Take the event id from this header. At most one of id_header, \
+                          id_pointer and id; refused where the scheme signs its own id.",
+            },
+            Key {
+                name: "id_pointer",
+                form: "JSON pointer",
+                if_absent: IfAbsent::Derived("the scheme's event id"),
+                meaning: "Take the event id from the body, at this pointer.",
+            },
+            Key {
+                name: "id",
+                form: "text, or a list of text",
+                if_absent: IfAbsent::Derived("the scheme's event id"),
+                meaning: "The event id as a rule: \"sha256\" (the body's hash), \
+                          \"header:NAME\" or a JSON pointer; or a list of two or more of \
+                          those, joined with \":\".",
+            },
+            Key {
+                name: "order",
+                form: "table",
+                if_absent: IfAbsent::Off,
+                meaning: "Deliver events that share a key one at a time, in version order: \
+                          see [sources.order]. Without it, events are delivered as they \
+                          come.",
+            },
+            Key {
+                name: "targets",
+                form: "list of tables",
+                if_absent: IfAbsent::Off,
+                meaning: "Where events are forwarded: see [[sources.targets]]; several = \
+                          fan-out. Without any, events are stored and not forwarded.",
+            },
+        ],
+    },
+    Section {
+        header: "[sources.order]",
+        about: "Per-source ordering, also written inline: order = { key = \"/data/object/id\", \
+                version = \"/created\" }. An event whose version is not newer than the last \
+                one delivered for its key is superseded, not sent.",
+        keys: &[
+            Key {
+                name: "key",
+                form: "JSON pointer",
+                if_absent: IfAbsent::Required,
+                meaning: "What groups events: the object they are about.",
+            },
+            Key {
+                name: "version",
+                form: "JSON pointer",
+                if_absent: IfAbsent::Required,
+                meaning: "What orders them: a number, or text that sorts (digit strings \
+                          compare as numbers).",
+            },
+        ],
+    },
+    Section {
+        header: "[[sources.targets]]",
+        about: "One per place a source's events are forwarded to, each with its own queue, \
+                retries and idempotency key (Idempotency-Key, the same on every attempt and \
+                replay). A 2xx answer or exit status 0 means delivered; 410 gives up at \
+                once; 429 and 503 wait for Retry-After.",
+        keys: TARGET_KEYS,
+    },
+    Section {
+        header: "[[alerts]]",
+        about: "Where alerts (a silent source, a failing target, rejections rising, new \
+                conflicts, new dead deliveries) are sent when they start and end: a JSON \
+                POST, or a command's stdin. Each is a target of the internal source \
+                hookinbox.alerts, delivered from the inbox like a webhook and retried across \
+                restarts: it takes the keys of [[sources.targets]] (the alert_ keys mean \
+                nothing for it).",
+        keys: TARGET_KEYS,
+    },
+];
+
+/// The keys of a target: `[[sources.targets]]`, and `[[alerts]]`, whose entries are targets
+/// too.
+const TARGET_KEYS: &[Key] = &[
+    Key {
+        name: "name",
+        form: "text",
+        if_absent: IfAbsent::Required,
+        meaning: "1 to 64 of a-z, 0-9, - and _; unique within the source, and part \
+                      of the idempotency key.",
+    },
+    Key {
+        name: "url",
+        form: "http:// or https:// URL",
+        if_absent: IfAbsent::Off,
+        meaning: "POST the event here, with the provider's headers. Exactly one of \
+                      url and command.",
+    },
+    Key {
+        name: "command",
+        form: "list of text (argv)",
+        if_absent: IfAbsent::Off,
+        meaning: "Run this program, without a shell, with the body on stdin and \
+                      the event's metadata in HOOKINBOX_* variables. A relative path is \
+                      relative to the configuration file; a bare name is looked up on \
+                      PATH.",
+    },
+    Key {
+        name: "timeout",
+        form: "duration",
+        if_absent: IfAbsent::Default("\"15s\""),
+        meaning: "The whole attempt: connect, send, answer (or the command's run \
+                      time; then it is killed). At most 1h.",
+    },
+    Key {
+        name: "retry",
+        form: "list of durations",
+        if_absent: IfAbsent::Default("[\"5s\", \"5m\", \"30m\", \"2h\", \"5h\", \"10h\", \"10h\"]"),
+        meaning: "The waits between attempts, each varied by up to 20% and at most \
+                      7d: one attempt more than waits, then the delivery is dead \
+                      (hookinbox dead, hookinbox replay).",
+    },
+    Key {
+        name: "concurrency",
+        form: "integer",
+        if_absent: IfAbsent::Default("4"),
+        meaning: "Attempts in flight at once for this target, 1 to 256.",
+    },
+    Key {
+        name: "sign_secret",
+        form: "secret",
+        if_absent: IfAbsent::Off,
+        meaning: "A Standard Webhooks secret (whsec_…): forwarded requests carry \
+                      hookinbox's own webhook-signature made with it, in place of the \
+                      provider's. URL targets only.",
+    },
+    Key {
+        name: "lease",
+        form: "duration",
+        if_absent: IfAbsent::Derived("timeout + 30s"),
+        meaning: "How long a claimed delivery stays claimed: after a crash \
+                      mid-attempt it is tried again once this has passed. At least \
+                      timeout + 5s, at most 2h.",
+    },
+    Key {
+        name: "alert_failure_share",
+        form: "number above 0, at most 1",
+        if_absent: IfAbsent::Default("0.5"),
+        meaning: "The target is failing (an alert) when this share of its attempts \
+                      in the last 10 minutes failed (at least 3 attempts).",
+    },
+    Key {
+        name: "alert_pending_age",
+        form: "duration",
+        if_absent: IfAbsent::Default("\"15m\""),
+        meaning: "…or when its oldest pending delivery has waited longer than this. \
+                      A paused target is never failing.",
+    },
+];
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::path::Path;
+
+    use super::*;
+
+    /// A file with every table the reference describes, each as small as it may be.
+    /// `[server.tls]` is added only where asked: its files are read while validating.
+    fn base(with_tls: bool) -> String {
+        let tls = if with_tls {
+            "[server.tls]\ncert = \"cert.pem\"\nkey = \"key.pem\"\n"
+        } else {
+            ""
+        };
+        format!(
+            "[server]\n{tls}\
+             [admin]\n\
+             [store]\npath = \"inbox.db\"\n\
+             [[sources]]\nname = \"demo\"\nscheme = \"standard-webhooks\"\n\
+             secrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]\n\
+             [sources.order]\nkey = \"/k\"\nversion = \"/v\"\n\
+             [[sources.targets]]\nname = \"app\"\nurl = \"http://127.0.0.1:3000/hooks\"\n\
+             [[alerts]]\nname = \"ops\"\nurl = \"http://127.0.0.1:3001/alerts\"\n"
+        )
+    }
+
+    /// `text` with `line` written into the table `header` opens (at the top: the file's
+    /// own keys).
+    fn with_line(text: &str, header: Option<&str>, line: &str) -> String {
+        match header {
+            None => format!("{line}\n{text}"),
+            Some(h) => {
+                let opening = format!("{h}\n");
+                assert!(text.contains(&opening), "the base has no {h}");
+                text.replacen(&opening, &format!("{opening}{line}\n"), 1)
+            }
+        }
+    }
+
+    fn load(text: &str) -> anyhow::Result<super::super::Config> {
+        super::super::from_str(text, Path::new("/nonexistent/hookinbox.toml"), None)
+    }
+
+    /// The keys a table accepts, as the parser says when it meets one it does not: serde's
+    /// "unknown field `x`, expected one of `a`, `b`" (or "expected `a` or `b`").
+    fn accepted_keys(header: Option<&str>) -> BTreeSet<String> {
+        let bogus = "not_a_key_anywhere";
+        let text = with_line(
+            &base(header == Some("[server.tls]")),
+            header,
+            &format!("{bogus} = 1"),
+        );
+        let error = format!("{:#}", load(&text).unwrap_err());
+        let (_, expected) = error
+            .split_once(&format!("unknown field `{bogus}`, expected "))
+            .unwrap_or_else(|| panic!("{header:?}: not an unknown-field error: {error}"));
+        let expected = expected.lines().next().unwrap();
+        expected
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn documented(section: &Section) -> BTreeSet<String> {
+        section.keys.iter().map(|k| k.name.to_owned()).collect()
+    }
+
+    fn section(header: &str) -> &'static Section {
+        SECTIONS
+            .iter()
+            .find(|s| s.header == header)
+            .unwrap_or_else(|| panic!("no section {header}"))
+    }
+
+    #[test]
+    fn every_strict_table_is_documented_with_exactly_the_keys_it_accepts() {
+        for s in SECTIONS.iter().filter(|s| s.header != "[[sources]]") {
+            assert_eq!(
+                documented(s),
+                accepted_keys(Some(s.header)),
+                "{}: the reference and the parser disagree; add or remove its Key",
+                s.header
+            );
+        }
+        // The file's own keys are its top-level tables.
+        let tables: BTreeSet<String> = SECTIONS
+            .iter()
+            .map(|s| s.path().split('.').next().unwrap().to_owned())
+            .collect();
+        assert_eq!(tables, accepted_keys(None), "top-level tables");
+    }
+
+    #[test]
+    fn a_source_is_documented_with_exactly_the_keys_every_source_takes() {
+        use crate::scheme::setup::COMMON_KEYS;
+        // A `[[sources]]` table hands the keys it does not know to its scheme, so serde has
+        // no "expected" list to read. The list operators are shown instead is COMMON_KEYS
+        // (the unknown-key error below prints it), and this binding names every field of
+        // RawSource: a field added there fails to compile here until it is named, and then
+        // the assertion asks for it in COMMON_KEYS and in the reference.
+        macro_rules! fields {
+            ($($field:ident),*) => {{
+                #[allow(dead_code)]
+                fn exhaustive(s: super::super::raw::RawSource) {
+                    let super::super::raw::RawSource { $($field: _,)* settings: _ } = s;
+                }
+                [$(stringify!($field)),*]
+            }};
+        }
+        let fields = fields!(
+            name,
+            scheme,
+            secrets,
+            account,
+            tolerance,
+            on_conflict,
+            keep_payload,
+            keep_identity,
+            expect_every,
+            id_header,
+            id_pointer,
+            id,
+            order,
+            targets
+        );
+        let fields: BTreeSet<String> = fields.iter().map(|f| f.to_string()).collect();
+        let common: BTreeSet<String> = COMMON_KEYS.iter().map(|k| k.to_string()).collect();
+        assert_eq!(fields, common, "RawSource's fields and COMMON_KEYS");
+        assert_eq!(documented(section("[[sources]]")), common);
+
+        let text = with_line(&base(false), Some("[[sources]]"), "not_a_key_anywhere = 1");
+        let error = format!("{:#}", load(&text).unwrap_err());
+        assert!(
+            error.contains("not_a_key_anywhere") && error.contains(&COMMON_KEYS.join(", ")),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn writing_a_stated_default_changes_nothing() {
+        let plain = format!("{:?}", load(&base(false)).unwrap());
+        let mut checked = 0;
+        for s in SECTIONS {
+            for key in s.keys {
+                let IfAbsent::Default(value) = key.if_absent else {
+                    continue;
+                };
+                let text = with_line(
+                    &base(false),
+                    Some(s.header),
+                    &format!("{} = {value}", key.name),
+                );
+                let written = load(&text)
+                    .unwrap_or_else(|e| panic!("{} {} = {value}: {e:#}", s.header, key.name));
+                // Compared whole, but not printed whole: the message says what differs.
+                assert!(
+                    format!("{written:?}") == plain,
+                    "{} {}: writing the stated default {value} changed the configuration",
+                    s.header,
+                    key.name
+                );
+                checked += 1;
+            }
+        }
+        // And the check can fail: a value that is not the default does change it.
+        let text = with_line(&base(false), Some("[server]"), "max_body = \"2MiB\"");
+        assert_ne!(format!("{:?}", load(&text).unwrap()), plain);
+        assert!(checked >= 15, "{checked}");
+    }
+
+    #[test]
+    fn the_stated_defaults_are_the_named_constants() {
+        use super::super::*;
+        let default = |header: &str, name: &str| -> &'static str {
+            match section(header)
+                .keys
+                .iter()
+                .find(|k| k.name == name)
+                .unwrap()
+                .if_absent
+            {
+                IfAbsent::Default(v) => v.trim_matches('"'),
+                other => panic!("{header} {name}: {other:?}"),
+            }
+        };
+        let size = |h, n| parse_size(default(h, n)).unwrap();
+        let duration = |h, n| parse_duration(default(h, n)).unwrap();
+        assert_eq!(size("[server]", "max_body"), DEFAULT_MAX_BODY);
+        assert_eq!(size("[server]", "body_budget"), DEFAULT_BODY_BUDGET);
+        assert_eq!(
+            duration("[server]", "header_timeout"),
+            DEFAULT_HEADER_TIMEOUT
+        );
+        assert_eq!(duration("[server]", "body_timeout"), DEFAULT_BODY_TIMEOUT);
+        assert_eq!(
+            default("[server]", "max_connections"),
+            DEFAULT_MAX_CONNECTIONS.to_string()
+        );
+        assert_eq!(
+            duration("[store]", "retention_interval"),
+            DEFAULT_RETENTION_INTERVAL
+        );
+        assert_eq!(
+            default("[[sources]]", "on_conflict"),
+            DEFAULT_ON_CONFLICT.to_string()
+        );
+        assert_eq!(
+            duration("[[sources]]", "keep_payload"),
+            DEFAULT_KEEP_PAYLOAD
+        );
+        assert_eq!(
+            duration("[[sources]]", "keep_identity"),
+            DEFAULT_KEEP_IDENTITY
+        );
+        assert_eq!(
+            duration("[[sources.targets]]", "timeout"),
+            DEFAULT_TARGET_TIMEOUT
+        );
+        assert_eq!(
+            default("[[sources.targets]]", "concurrency"),
+            DEFAULT_TARGET_CONCURRENCY.to_string()
+        );
+        let retry: Vec<String> = toml::from_str::<toml::Table>(&format!(
+            "retry = {}",
+            default("[[sources.targets]]", "retry")
+        ))
+        .unwrap()["retry"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_owned())
+            .collect();
+        let retry: Vec<_> = retry.iter().map(|r| parse_duration(r).unwrap()).collect();
+        assert_eq!(retry, DEFAULT_RETRY);
+        let lease = section("[[sources.targets]]")
+            .keys
+            .iter()
+            .find(|k| k.name == "lease");
+        assert_eq!(lease.unwrap().if_absent, IfAbsent::Derived("timeout + 30s"),);
+        assert_eq!(LEASE_MARGIN, parse_duration("30s").unwrap());
+    }
+}
