@@ -73,6 +73,18 @@ pub enum Kind {
 }
 
 impl Kind {
+    const ALL: [Kind; 5] = [
+        Kind::SourceSilent,
+        Kind::TargetFailing,
+        Kind::RejectionsRising,
+        Kind::NewConflicts,
+        Kind::NewDeadDeliveries,
+    ];
+
+    fn from_word(word: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.word() == word)
+    }
+
     /// The word in logs, metrics and notifications.
     pub fn word(self) -> &'static str {
         match self {
@@ -193,6 +205,62 @@ impl Board {
     }
 }
 
+/// Notifications kept in memory while the inbox refuses to store them; beyond this the
+/// oldest are dropped (and logged): the conditions themselves are judged again anyway.
+const MAX_UNSENT: usize = 1000;
+
+/// How far back the notifications already stored are read at start-up.
+const SEEN_AT_START: i64 = 1000;
+
+/// One notification as stored, read back at start-up.
+#[derive(Debug, serde::Deserialize)]
+struct Stored {
+    state: String,
+    alert: String,
+    source: String,
+    target: Option<String>,
+    since: String,
+    detail: String,
+}
+
+/// The conditions the last notifications stored say are on: a restart carries them on (a
+/// condition still on is not announced again; one that ended meanwhile is announced as
+/// ended) rather than starting from nothing.
+fn started_before(conn: &rusqlite::Connection) -> rusqlite::Result<Vec<Condition>> {
+    let mut stmt = conn.prepare(
+        "SELECT p.body FROM events e JOIN payloads p ON p.event = e.id
+          WHERE e.source = ?1 ORDER BY e.id DESC LIMIT ?2",
+    )?;
+    let mut seen: Vec<(Kind, String, Option<String>)> = Vec::new();
+    let mut on = Vec::new();
+    for body in stmt.query_map(rusqlite::params![SOURCE, SEEN_AT_START], |r| {
+        Ok(r.get_ref(0)?.as_bytes()?.to_vec())
+    })? {
+        let Ok(n) = serde_json::from_slice::<Stored>(&body?) else {
+            continue;
+        };
+        let Some(kind) = Kind::from_word(&n.alert) else {
+            continue;
+        };
+        let key = (kind, n.source.clone(), n.target.clone());
+        // Newest first: the first notice of a condition is its latest state.
+        if seen.contains(&key) {
+            continue;
+        }
+        seen.push(key);
+        if n.state == "started" {
+            on.push(Condition {
+                kind,
+                source: n.source,
+                target: n.target,
+                since: n.since,
+                detail: n.detail,
+            });
+        }
+    }
+    Ok(on)
+}
+
 /// One notification: the JSON body an alert target receives.
 #[derive(Debug, Serialize)]
 struct Notice<'a> {
@@ -220,6 +288,22 @@ pub async fn run(
     let mut rejections: VecDeque<(Instant, HashMap<String, u64>)> = VecDeque::new();
     // Notifications not yet committed (the inbox refused a write): tried again next time.
     let mut unsent: Vec<(Condition, &'static str, String)> = Vec::new();
+    let pool = readers.clone();
+    match tokio::task::spawn_blocking(move || {
+        let conn = pool.get().map_err(|e| e.to_string())?;
+        started_before(&conn).map_err(|e| e.to_string())
+    })
+    .await
+    {
+        Ok(Ok(on)) => {
+            *board
+                .active
+                .write()
+                .expect("no panics while holding the lock") = on
+        }
+        Ok(Err(e)) => tracing::warn!(error = %e, "reading the alerts notified before the start"),
+        Err(e) => tracing::warn!(error = %e, "reading the alerts notified before the start"),
+    }
     loop {
         tokio::select! {
             () = tokio::time::sleep(board.every()) => {}
@@ -239,10 +323,20 @@ pub async fn run(
             .map(|(_, c)| c.clone())
             .unwrap_or_default();
         rejections.push_back((now, counts.clone()));
+        // A source without an earlier sample (the first turn, a source added by a reload)
+        // counts from now: its counter's past is not news.
+        let was_on = board.active();
         let rising: Vec<(String, u64)> = counts
             .iter()
-            .map(|(s, n)| (s.clone(), n - oldest.get(s).copied().unwrap_or(0).min(*n)))
-            .filter(|(_, n)| *n >= REJECTIONS)
+            .map(|(s, n)| (s.clone(), n - oldest.get(s).copied().unwrap_or(*n).min(*n)))
+            .filter(|(s, n)| {
+                // Once on, it stays on until the count falls below half the threshold, so
+                // that a sender hovering at the threshold cannot make it flap.
+                let on = was_on
+                    .iter()
+                    .any(|c| c.kind == Kind::RejectionsRising && c.source == *s);
+                *n >= if on { REJECTIONS / 2 } else { REJECTIONS }
+            })
             .collect();
 
         let (pool, judged_rules) = (readers.clone(), rules.clone());
@@ -311,10 +405,19 @@ pub async fn run(
                 .collect();
             let stored = writer
                 .job(move |conn, now| {
-                    events
-                        .iter()
-                        .map(|e| store::ingest::store(conn, e, now))
-                        .collect::<rusqlite::Result<Vec<_>>>()
+                    for e in &events {
+                        // Already stored (judged again after a restart): one notification.
+                        let known = conn
+                            .prepare_cached(
+                                "SELECT 1 FROM events
+                                  WHERE source = ?1 AND account = '' AND event_id = ?2",
+                            )?
+                            .exists(rusqlite::params![SOURCE, e.event_id])?;
+                        if !known {
+                            store::ingest::store(conn, e, now)?;
+                        }
+                    }
+                    Ok(())
                 })
                 .await;
             match stored {
@@ -323,6 +426,14 @@ pub async fn run(
                     tracing::warn!(error = %e, notices = batch.len(),
                         "could not store alert notifications; will try again");
                     unsent = batch;
+                    if unsent.len() > MAX_UNSENT {
+                        let dropped = unsent.len() - MAX_UNSENT;
+                        unsent.drain(..dropped);
+                        tracing::warn!(
+                            dropped,
+                            "dropped the oldest alert notifications not stored"
+                        );
+                    }
                 }
             }
         }
@@ -503,9 +614,12 @@ fn judge(
     }
     let mut stmt = conn.prepare_cached(
         "SELECT source, target, count(*), min(updated_at) FROM deliveries
-          WHERE state = 'dead' AND updated_at >= ?1 GROUP BY 1, 2 ORDER BY 1, 2",
+          WHERE state = 'dead' AND updated_at >= ?1 AND source <> ?2
+          GROUP BY 1, 2 ORDER BY 1, 2",
     )?;
-    for row in stmt.query_map([&news_since], |r| {
+    // Not the alert targets' own: a notification that died would be announced to the
+    // target that let it die, forever. Their failures are in the log and the metrics.
+    for row in stmt.query_map(rusqlite::params![&news_since, SOURCE], |r| {
         Ok((
             r.get::<_, String>(0)?,
             r.get::<_, String>(1)?,

@@ -36,8 +36,15 @@ pub fn since_unix(secs: i64, now: SystemTime) -> Duration {
         .unwrap_or_default()
 }
 
-/// The inbox's text form of a time, always 24 characters with milliseconds.
+/// The last second humantime can write (9999-12-31T23:59:59Z).
+const LAST_WRITABLE: u64 = 253_402_300_799;
+
+/// The inbox's text form of a time, always 24 characters with milliseconds. A time before
+/// 1970 or after 9999 is written as the nearest of the two: humantime panics on them, and
+/// times reach here from input (`since=100y` in the web inbox, `--since` on the CLI).
 pub fn iso(t: SystemTime) -> String {
+    let last = UNIX_EPOCH + Duration::from_secs(LAST_WRITABLE);
+    let t = t.clamp(UNIX_EPOCH, last);
     humantime::format_rfc3339_millis(t).to_string()
 }
 
@@ -47,7 +54,7 @@ pub fn iso_from_unix(secs: i64) -> String {
     let t = u64::try_from(secs)
         .ok()
         .and_then(|s| UNIX_EPOCH.checked_add(Duration::from_secs(s)))
-        .filter(|t| unix(*t) < 253_402_300_799) // year 9999: humantime's limit
+        .filter(|t| unix(*t) <= LAST_WRITABLE as i64)
         .unwrap_or(UNIX_EPOCH);
     iso(t)
 }
@@ -76,6 +83,21 @@ pub fn parse_time_arg(text: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_out_of_range_are_written_at_the_ends_never_a_panic() {
+        assert_eq!(parse_time_arg("100y").unwrap(), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            parse_time_arg("100000000y").unwrap(),
+            "1970-01-01T00:00:00.000Z"
+        );
+        assert_eq!(
+            iso(UNIX_EPOCH - Duration::from_secs(1)),
+            "1970-01-01T00:00:00.000Z"
+        );
+        let far = UNIX_EPOCH + Duration::from_secs(LAST_WRITABLE + 86_400);
+        assert_eq!(iso(far), "9999-12-31T23:59:59.000Z");
+    }
 
     #[test]
     fn time_arguments() {

@@ -1,7 +1,9 @@
-//! How each source and target is doing, read from the inbox: what the web inbox's overview
-//! shows and what the alert conditions are judged by, so that the page and the alert never
-//! disagree. Every query is bounded by an index (`events_age`, `attempts_started`,
-//! `deliveries_state`) and a time window, so that it stays short on a large inbox.
+//! How each source and target is doing, read from the inbox: the queries behind the web
+//! inbox's overview (over the last hour) and the alert conditions (over their own windows).
+//! The source and attempt queries use an index and a time window (`events_age`,
+//! `attempts_started`); the queue's (pending and dead per target) read every pending or
+//! dead row through `deliveries_state`, which stays short while the backlog and the dead
+//! rows kept are thousands, not millions.
 
 use rusqlite::{Connection, OptionalExtension, params};
 

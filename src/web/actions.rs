@@ -76,22 +76,37 @@ impl Page<'_> {
         }
         let (s, t) = (source.to_owned(), target.to_owned());
         let by = format!("web inbox ({peer})");
-        let who = by.clone();
-        let changed = self
-            .web
-            .writer
-            .job(move |conn, now| store::pause::set(conn, &s, &t, paused, &who, now))
-            .await;
         let (verb, past) = if paused {
             ("pause", "paused")
         } else {
             ("resume", "resumed")
         };
+        let writer = self.web.writer.clone();
+        // In a task of its own, logged there: a browser that goes away mid-request drops
+        // this handler, and a change that commits must still reach the log.
+        let changed = tokio::spawn(async move {
+            let changed = writer
+                .job({
+                    let (s, t, by) = (s.clone(), t.clone(), by.clone());
+                    move |conn, now| store::pause::set(conn, &s, &t, paused, &by, now)
+                })
+                .await;
+            match &changed {
+                Ok(changed) => {
+                    // A resumed target's loop looks at once, not at its next idle poll.
+                    writer.commits().all();
+                    tracing::warn!(source = %s, target = %t, by, changed, "web inbox: {past} a target");
+                }
+                Err(e) => tracing::warn!(source = %s, target = %t, by, error = %e,
+                    "web inbox: could not {verb} a target"),
+            }
+            changed
+        })
+        .await
+        .map_err(anyhow::Error::from)
+        .and_then(|r| r.map_err(anyhow::Error::from));
         match changed {
             Ok(changed) => {
-                // A resumed target's loop looks at once rather than at its next idle poll.
-                self.web.writer.commits().all();
-                tracing::warn!(source, target, by, changed, "web inbox: {past} a target");
                 let what = match (changed, paused) {
                     (true, true) => {
                         "Paused: its deliveries stay pending and are not attempted until it is resumed."
@@ -107,7 +122,7 @@ impl Page<'_> {
                     html! { p { (what) } p { a href="/" { "Back to the overview" } } },
                 )
             }
-            Err(e) => self.failed(&format!("could not {verb} the target"), &e.into()),
+            Err(e) => self.failed(&format!("could not {verb} the target"), &e),
         }
     }
 
@@ -133,28 +148,40 @@ impl Page<'_> {
             return self.preview(form, &plan);
         }
         let ids: Vec<i64> = plan.eligible.iter().map(|d| d.delivery).collect();
-        let mut requeued = 0;
-        for chunk in ids.chunks(store::replay::CHUNK) {
-            let chunk = chunk.to_vec();
-            match self
-                .web
-                .writer
-                .job(move |conn, now| store::replay::requeue(conn, &chunk, now))
-                .await
-            {
-                Ok(n) => requeued += n,
-                Err(e) => {
-                    tracing::warn!(requeued, by = %peer, error = %e, "web inbox: a replay stopped part way");
-                    return self.failed(
-                        &format!("re-queued {requeued}, then could not go on"),
-                        &e.into(),
-                    );
+        let planned = ids.len();
+        let writer = self.web.writer.clone();
+        // In a task of its own, logged there: a browser that goes away mid-replay drops
+        // this handler, and the replay must still finish and reach the log.
+        let done = tokio::spawn(async move {
+            let mut requeued = 0;
+            for chunk in ids.chunks(store::replay::CHUNK) {
+                let chunk = chunk.to_vec();
+                match writer
+                    .job(move |conn, now| store::replay::requeue(conn, &chunk, now))
+                    .await
+                {
+                    Ok(n) => requeued += n,
+                    Err(e) => {
+                        writer.commits().all();
+                        tracing::warn!(requeued, planned, by = %peer, filter = ?filter, error = %e,
+                            "web inbox: a replay stopped part way");
+                        return Err((requeued, e));
+                    }
                 }
             }
-        }
-        self.web.writer.commits().all();
-        tracing::warn!(requeued, planned = ids.len(), by = %peer, filter = ?filter,
-            "web inbox: replayed deliveries under their idempotency keys");
+            writer.commits().all();
+            tracing::warn!(requeued, planned, by = %peer, filter = ?filter,
+                "web inbox: replayed deliveries under their idempotency keys");
+            Ok(requeued)
+        })
+        .await;
+        let requeued = match done {
+            Ok(Ok(n)) => n,
+            Ok(Err((n, e))) => {
+                return self.failed(&format!("re-queued {n}, then could not go on"), &e.into());
+            }
+            Err(e) => return self.failed("replaying", &e.into()),
+        };
         let previewed = form.get("confirm").and_then(|n| n.parse::<usize>().ok());
         let content = html! {
             p { "Re-queued " (requeued) " deliveries under their idempotency keys; they go out within a second." }

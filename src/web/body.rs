@@ -8,6 +8,11 @@ use crate::terminal::escape_block;
 /// any webhook a person reads on screen, and a page stays quick to render and to scroll.
 pub const SHOWN_BYTES: usize = 256 * 1024;
 
+/// The deepest indentation a laid-out body gets. serde_json accepts 128 levels; indented
+/// in full, a deeply nested 256 KiB body would become tens of megabytes of spaces. Deeper
+/// values stay at this level, still one per line.
+const MAX_INDENT: usize = 16;
+
 /// How the body is shown: which form, and the text (still to be HTML-escaped by the page).
 #[derive(Debug, PartialEq, Eq)]
 pub struct Shown {
@@ -49,7 +54,14 @@ pub fn show(body: &[u8]) -> Shown {
             Form::Text,
             String::from_utf8_lossy(&head[..e.valid_up_to()]).into_owned(),
         ),
-        Err(_) => (Form::Bytes, head.escape_ascii().to_string()),
+        // Line by line, so that the line breaks stay line breaks.
+        Err(_) => (
+            Form::Bytes,
+            head.split(|b| *b == b'\n')
+                .map(|line| line.escape_ascii().to_string())
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ),
     };
     Shown {
         form,
@@ -68,7 +80,7 @@ pub fn reindent(json: &str) -> String {
     let mut chars = json.chars().peekable();
     let newline = |out: &mut String, depth: usize| {
         out.push('\n');
-        for _ in 0..depth {
+        for _ in 0..depth.min(MAX_INDENT) {
             out.push_str("  ");
         }
     };
@@ -137,9 +149,14 @@ mod tests {
     fn bodies_are_shown_in_the_form_they_have() {
         assert_eq!(show(br#"{"a":1}"#).form, Form::Json);
         assert_eq!(show(b"a=1&b=2").form, Form::Text);
-        let bytes = show(b"\xff\x00ok");
+        let bytes = show(b"\xff\x00ok\nnext");
         assert_eq!(bytes.form, Form::Bytes);
-        assert_eq!(bytes.text, "\\xff\\x00ok");
+        assert_eq!(bytes.text, "\\xff\\x00ok\nnext");
+        // Deep nesting is indented only so far.
+        let deep = format!("{}0{}", "[".repeat(100), "]".repeat(100));
+        let laid = show(deep.as_bytes());
+        assert_eq!(laid.form, Form::Json);
+        assert!(laid.text.lines().all(|l| l.len() <= 2 * MAX_INDENT + 1));
         // A right-to-left override would reorder what the page shows.
         assert!(show("a\u{202e}b".as_bytes()).text.contains("\\u{202e}"));
         let big = vec![b'a'; SHOWN_BYTES + 10];

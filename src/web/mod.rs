@@ -169,6 +169,13 @@ impl Web {
                  localhost (an SSH tunnel), or add the name to admin.hosts\n",
             );
         };
+        if !from_here_or_typed(&req) {
+            return plain(
+                StatusCode::FORBIDDEN,
+                "the web inbox does not answer requests another site's page makes; open it \
+                 directly\n",
+            );
+        }
         let path = req.uri().path().to_owned();
         let query = req.uri().query().unwrap_or("").to_owned();
         let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
@@ -227,21 +234,8 @@ impl Web {
             .headers()
             .get(header::HOST)
             .and_then(|h| h.to_str().ok())
-            .or_else(|| req.uri().authority().map(|a| a.as_str()))?
-            .to_owned();
-        let name = match host.strip_prefix('[') {
-            // An IPv6 literal, with or without a port.
-            Some(rest) => rest.split(']').next()?.to_owned(),
-            None => host
-                .rsplit_once(':')
-                .map_or(host.as_str(), |(n, _)| n)
-                .to_owned(),
-        };
-        let name = name.to_ascii_lowercase();
-        let ok = name.parse::<std::net::IpAddr>().is_ok()
-            || name == "localhost"
-            || self.hosts.contains(&name);
-        ok.then_some(host)
+            .or_else(|| req.uri().authority().map(|a| a.as_str()))?;
+        host_allowed(host, &self.hosts).then(|| host.to_owned())
     }
 
     /// The fields of an action's form, once everything that makes a POST ours is checked:
@@ -256,7 +250,8 @@ impl Web {
             .get(header::ORIGIN)
             .and_then(|o| o.to_str().ok())
             .unwrap_or("");
-        if origin != format!("http://{host}") {
+        // https: the same host behind a TLS-terminating proxy is still this page.
+        if origin != format!("http://{host}") && origin != format!("https://{host}") {
             return Err(Refusal::Origin(origin.to_owned()));
         }
         let from_form = headers
@@ -281,6 +276,42 @@ impl Web {
             return Err(Refusal::Token);
         }
         Ok(form)
+    }
+}
+
+/// Whether a Host header's name (without its port) is an IP address, `localhost`, or one of
+/// `hosts` (lowercase), ignoring case.
+fn host_allowed(host: &str, hosts: &[String]) -> bool {
+    let name = match host.strip_prefix('[') {
+        // An IPv6 literal, with or without a port.
+        Some(rest) => match rest.split_once(']') {
+            Some((ip, "")) => ip,
+            Some((ip, port)) if port.starts_with(':') => ip,
+            _ => return false,
+        },
+        None => host.rsplit_once(':').map_or(host, |(n, _)| n),
+    };
+    let name = name.to_ascii_lowercase();
+    name.parse::<std::net::IpAddr>().is_ok() || name == "localhost" || hosts.contains(&name)
+}
+
+/// Whether a request comes from the web inbox's own pages or from the operator (a typed
+/// address, a bookmark, a link followed from elsewhere), not from another site's page
+/// loading it in the background: such a page could make the operator's browser run slow
+/// queries over and over. Browsers say which in `Sec-Fetch-Site` (another port of
+/// localhost is `same-site`, so only `same-origin` and `none` count as ours); a top-level
+/// navigation from another site is a person following a link, and allowed. Clients that
+/// send no such header (curl, scripts on the machine) are not a browser's victims.
+fn from_here_or_typed(req: &Request<Incoming>) -> bool {
+    let h = req.headers();
+    let value = |name: &str| h.get(name).and_then(|v| v.to_str().ok());
+    match value("sec-fetch-site") {
+        None | Some("same-origin") | Some("none") => true,
+        Some(_) => {
+            *req.method() == Method::GET
+                && value("sec-fetch-mode") == Some("navigate")
+                && value("sec-fetch-dest") == Some("document")
+        }
     }
 }
 
@@ -426,5 +457,40 @@ impl<'a> Page<'a> {
                 p { "Try again in a moment; " code { "journalctl -u hookinbox" } " may say more." }
             },
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_are_ip_addresses_localhost_or_named() {
+        let named = vec!["inbox.internal".to_owned()];
+        for host in [
+            "127.0.0.1:9180",
+            "127.0.0.1",
+            "[::1]:9180",
+            "[::1]",
+            "10.0.0.7:80",
+            "localhost:9180",
+            "LOCALHOST",
+            "inbox.internal:9180",
+            "Inbox.Internal",
+        ] {
+            assert!(host_allowed(host, &named), "{host}");
+        }
+        for host in [
+            "evil.example:9180",
+            "localhost.evil.example",
+            "inbox.internal.evil.example",
+            "127.0.0.1.nip.io:9180",
+            "[::1]x",
+            "[::1",
+            "",
+            "user@127.0.0.1",
+        ] {
+            assert!(!host_allowed(host, &named), "{host}");
+        }
     }
 }

@@ -436,8 +436,12 @@ impl Page<'_> {
             q.push(("before", rows.last().map_or(0, |r| r.id).to_string()));
             encode(&q)
         });
-        // A bulk replay takes the filters the delivery side knows; a search by id is not one.
-        let replayable = self.web.actions && !f.is_empty() && f.q.is_none();
+        // A bulk replay takes the filters the delivery side knows (a search by id is not
+        // one), and needs one that chooses: a source or an end time alone only narrow.
+        let chooses = f.event_type.is_some()
+            || f.since.is_some()
+            || f.status.as_deref().is_some_and(|s| s != "stored");
+        let replayable = self.web.actions && chooses && f.q.is_none();
         let content = html! {
             (self.filter_form(&f))
             (events_table(&rows))
