@@ -255,3 +255,18 @@ CREATE TABLE armed (
     armed_at TEXT NOT NULL,
     until    TEXT NOT NULL                    -- handshakes after this are refused
 );
+
+-- migrate: 4
+
+-- Targets an operator paused (`hookinbox pause SOURCE/TARGET`). Their deliveries stay
+-- `pending` and are not claimed until the row is deleted (`hookinbox resume`), then go out
+-- in their order. A row rather than a flag in memory, so that a pause outlives restarts and
+-- reloads, and so that a claim tests it inside its own transaction: a pause committed
+-- before a claim is never overtaken by it. One row per pair; pausing again changes nothing.
+CREATE TABLE paused_targets (
+    source    TEXT NOT NULL,                  -- the configured source
+    target    TEXT NOT NULL,                  -- the target's name in the source's config
+    paused_at TEXT NOT NULL,
+    paused_by TEXT NOT NULL,                  -- who paused it: a user name, or what did it
+    PRIMARY KEY (source, target)
+);

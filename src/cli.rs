@@ -66,6 +66,12 @@ pub enum Command {
     /// Queue deliveries again under their idempotency keys: one event, every dead delivery,
     /// or a time range (a running `serve` sends them within a second)
     Replay(commands::replay::Args),
+    /// Hold a target's deliveries back: they stay pending, and are not attempted, until
+    /// `resume` (kept in the inbox, so across restarts; attempts already running finish)
+    Pause(commands::pause::PauseArgs),
+    /// Release a paused target: its pending deliveries go out in their order (a running
+    /// `serve` notices within a second)
+    Resume(commands::pause::Args),
     /// Ask the running serve to reload its configuration, and wait for the answer (exit 1
     /// when it was refused; the unit's ExecReload)
     ///
@@ -236,6 +242,10 @@ fn offline_command(
     let out = &mut std::io::stdout().lock();
     match command {
         Command::Replay(args) => commands::replay::run(db, offline, args, out),
+        Command::Pause(args) => {
+            commands::pause::run(db, offline, true, &args.which, args.by.as_deref(), out)
+        }
+        Command::Resume(args) => commands::pause::run(db, offline, false, args, None, out),
         Command::Arm(args) => commands::arm::run(db, offline, args, out),
         Command::Prune(args) => {
             let Some(offline) = offline else {

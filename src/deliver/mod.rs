@@ -7,7 +7,9 @@
 //!
 //! One task per target claims due deliveries (up to its concurrency) and runs each attempt
 //! in a task of its own; one failing target never holds back another, because each has its
-//! own rows, claims and tasks. A sweeper returns expired leases to the queue.
+//! own rows, claims and tasks. A sweeper returns expired leases to the queue. A paused
+//! target's loop claims nothing (the claim itself skips it, see `store::pause`) and idles
+//! until it sees the target resumed.
 
 pub mod backoff;
 pub mod command;
@@ -24,6 +26,7 @@ use tokio::task::JoinSet;
 use crate::clock;
 use crate::config::{Source, Target, TargetKind};
 use crate::metrics::{AttemptLabels, Metrics, TargetLabels};
+use crate::store::pause::{self, Paused};
 use crate::store::queue::{self, ClaimRequest, Claimed, EventData, Finished, Next};
 use crate::store::read;
 use crate::store::writer::Writer;
@@ -448,6 +451,10 @@ async fn run_target(
 ) {
     let mut inflight = JoinSet::new();
     let mut last_claim = Instant::now();
+    // The pause last seen, to log when it begins and ends. A paused target's loop keeps
+    // turning (nothing is due, so it sleeps the idle poll or until a commit wakes it): that
+    // is how it notices a resume written by another process, within a second.
+    let mut paused: Option<Paused> = None;
     while stop.borrow().is_none() {
         beat.store(unix_millis(), Ordering::Relaxed);
         while inflight.try_join_next().is_some() {}
@@ -461,7 +468,13 @@ async fn run_target(
             || last_claim.elapsed() >= CLAIM_BATCH_WAIT;
         if free > 0 && batch_ready {
             last_claim = Instant::now();
-            let mut due = next_due(&shared.readers, &t).await;
+            let mut due = match look(&shared.readers, &t).await {
+                Some(look) => {
+                    note_pause(&t, &mut paused, look.paused);
+                    look.due
+                }
+                None => None,
+            };
             if due.is_some_and(|at| at <= SystemTime::now()) {
                 let request = ClaimRequest {
                     source: t.source.clone(),
@@ -490,7 +503,7 @@ async fn run_target(
                             // There may be more due: look again at once.
                             continue;
                         }
-                        due = next_due(&shared.readers, &t).await;
+                        due = look(&shared.readers, &t).await.and_then(|l| l.due);
                     }
                     Err(e) => {
                         tracing::warn!(source = %t.source, target = %t.name, error = %e, "claiming deliveries failed");
@@ -536,23 +549,53 @@ async fn run_target(
     inflight.abort_all();
 }
 
-/// When the target's next pending delivery is due, read from the inbox.
-async fn next_due(readers: &read::Pool, t: &TargetRun) -> Option<SystemTime> {
+/// What a target's loop reads before it claims.
+struct Look {
+    /// The pause holding the target back, if it is paused.
+    paused: Option<Paused>,
+    /// When its next claimable delivery is due; never while paused.
+    due: Option<SystemTime>,
+}
+
+/// Reads whether the target is paused and when its next pending delivery is due; None when
+/// the inbox could not be read (logged).
+async fn look(readers: &read::Pool, t: &TargetRun) -> Option<Look> {
     let (pool, source, target) = (readers.clone(), t.source.clone(), t.name.clone());
-    let due = tokio::task::spawn_blocking(move || {
+    let read = tokio::task::spawn_blocking(move || {
         let conn = pool.get().map_err(|e| e.to_string())?;
-        queue::next_due(&conn, &source, &target).map_err(|e| e.to_string())
+        let paused = pause::all(&conn)
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .find(|p| p.source == source && p.target == target);
+        let due = queue::next_due(&conn, &source, &target).map_err(|e| e.to_string())?;
+        Ok::<_, String>((paused, due))
     })
     .await;
-    match due {
-        Ok(Ok(Some(text))) => humantime::parse_rfc3339(&text).ok(),
-        Ok(Ok(None)) => None,
+    match read {
+        Ok(Ok((paused, due))) => Some(Look {
+            paused,
+            due: due.and_then(|text| humantime::parse_rfc3339(&text).ok()),
+        }),
         Ok(Err(e)) => {
             tracing::warn!(source = %t.source, target = %t.name, error = %e, "reading the delivery queue");
             None
         }
         Err(_) => None,
     }
+}
+
+/// Logs a pause beginning (or found at start-up) and ending, once each.
+fn note_pause(t: &TargetRun, last: &mut Option<Paused>, now: Option<Paused>) {
+    match (last.is_some(), &now) {
+        (false, Some(p)) => tracing::info!(source = %t.source, target = %t.name,
+            paused_at = %p.paused_at, paused_by = ?p.paused_by,
+            "target is paused: its deliveries stay pending until `hookinbox resume {}/{}`",
+            t.source, t.name),
+        (true, None) => tracing::info!(source = %t.source, target = %t.name,
+            "target resumed: its pending deliveries go out in their order"),
+        _ => {}
+    }
+    *last = now;
 }
 
 async fn load_events(

@@ -10,6 +10,7 @@ pub mod commits;
 pub mod ingest;
 pub mod learnt;
 pub mod lock;
+pub mod pause;
 pub mod queue;
 pub mod read;
 pub mod retention;

@@ -34,6 +34,8 @@
 //! - `resources`: bounded disk (pruning gives pages back; an inbox under retention stays
 //!   within a bound) and memory (bodies in flight stay within the budget).
 //! - `cli`: the binary's `check` and its error messages.
+//! - `steer`: pausing a target (held across a restart, released in order), bulk replay by
+//!   filters, a target's rate limit at a real sink, and `events --follow` through a pipe.
 //! - `inspect`: `events`, `show`, `conflicts` and `dead` on a real inbox: filters, pages,
 //!   exact bodies, exit codes, and provider strings escaped before a terminal.
 //! - `providers`: every source of docs/providers.md, loaded from the document, over HTTP:
@@ -71,5 +73,6 @@ mod schemes;
 mod sink;
 #[cfg(feature = "sns-test-host")]
 mod sns;
+mod steer;
 mod store_failure;
 mod support;

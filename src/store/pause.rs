@@ -1,0 +1,105 @@
+//! Paused targets (`paused_targets`): an operator holds a target's deliveries back while its
+//! app is down or being migrated, and releases them later in their order.
+//!
+//! Invariant: a paused target's deliveries are never claimed. The claim
+//! ([`super::queue::claim`]) tests this table in its own statement, so a pause that
+//! committed before a claim always wins; attempts already in flight finish and record
+//! their result (a retry stays pending, held back like the rest). Nothing else changes a
+//! delivery: resuming is deleting the row, and the deliveries, still `pending` and long
+//! due, go out in the order a claim takes them (due time, then id).
+//!
+//! `serve` writes here through [`super::writer::Writer::job`]; the CLI in its own short
+//! `BEGIN IMMEDIATE` transaction, next to a running serve. Reads need no more than a
+//! read-only connection.
+
+use rusqlite::{Connection, params};
+
+/// One paused target.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Paused {
+    pub source: String,
+    pub target: String,
+    /// When it was paused (inbox text).
+    pub paused_at: String,
+    /// Who paused it, as they gave it.
+    pub paused_by: String,
+}
+
+/// Pauses (`paused`) or resumes a target; true when that changed something. Pausing a
+/// paused target keeps the first pause's time and name (the queue has been held since
+/// then), and resuming one that is not paused does nothing.
+pub fn set(
+    conn: &Connection,
+    source: &str,
+    target: &str,
+    paused: bool,
+    by: &str,
+    now: &str,
+) -> rusqlite::Result<bool> {
+    let changed = if paused {
+        conn.prepare_cached(
+            "INSERT INTO paused_targets (source, target, paused_at, paused_by)
+             VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (source, target) DO NOTHING",
+        )?
+        .execute(params![source, target, now, by])?
+    } else {
+        conn.prepare_cached("DELETE FROM paused_targets WHERE source = ?1 AND target = ?2")?
+            .execute(params![source, target])?
+    };
+    Ok(changed == 1)
+}
+
+/// Every paused target, by source and target. The table holds one row per paused pair,
+/// a handful at most, so callers filter this rather than asking for one pair.
+pub fn all(conn: &Connection) -> rusqlite::Result<Vec<Paused>> {
+    conn.prepare_cached(
+        "SELECT source, target, paused_at, paused_by FROM paused_targets ORDER BY source, target",
+    )?
+    .query_map([], |r| {
+        Ok(Paused {
+            source: r.get(0)?,
+            target: r.get(1)?,
+            paused_at: r.get(2)?,
+            paused_by: r.get(3)?,
+        })
+    })?
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Synchronous;
+
+    #[test]
+    fn set_says_whether_it_changed_anything_and_keeps_the_first_pause() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = super::super::open_writer(&dir.path().join("inbox.db"), Synchronous::Full, true)
+            .unwrap();
+        let (t1, t2) = ("2026-11-30T07:00:00.000Z", "2026-11-30T08:00:00.000Z");
+        assert!(set(&conn, "sw", "app", true, "alice", t1).unwrap());
+        assert!(!set(&conn, "sw", "app", true, "bob", t2).unwrap());
+        assert!(set(&conn, "sw", "audit", true, "bob", t2).unwrap());
+        assert_eq!(
+            all(&conn).unwrap(),
+            [
+                Paused {
+                    source: "sw".into(),
+                    target: "app".into(),
+                    paused_at: t1.into(),
+                    paused_by: "alice".into()
+                },
+                Paused {
+                    source: "sw".into(),
+                    target: "audit".into(),
+                    paused_at: t2.into(),
+                    paused_by: "bob".into()
+                },
+            ]
+        );
+        assert!(set(&conn, "sw", "app", false, "carol", t2).unwrap());
+        assert!(!set(&conn, "sw", "app", false, "carol", t2).unwrap());
+        assert_eq!(all(&conn).unwrap().len(), 1);
+    }
+}

@@ -1,0 +1,236 @@
+//! Steering deliveries: pausing and resuming a target (held across a restart of the real
+//! binary), bulk replay with filters, a target's rate limit, and `events --follow`. Each
+//! runs the real server with a real sink, and the commands as the real binary.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::proc::{Proc, deploy};
+use crate::sink::{Reply, Sink};
+use crate::support::*;
+
+/// The `sw` source with two targets on one sink, told apart by path: `app`, one attempt at
+/// a time (so its arrival order is its claim order), and `audit`, the control that is
+/// never paused: once it has every event, `app`'s loop has had its chances too.
+fn two_targets(sink: &Sink) -> String {
+    format!(
+        r#"
+[[sources]]
+name = "sw"
+scheme = "standard-webhooks"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+[[sources.targets]]
+name = "app"
+url = "http://{addr}/app"
+timeout = "2s"
+concurrency = 1
+[[sources.targets]]
+name = "audit"
+url = "http://{addr}/audit"
+timeout = "2s"
+"#,
+        addr = sink.addr
+    )
+}
+
+/// Runs the real binary; the commands block, so not on the runtime's own thread.
+async fn run(args: &[&str]) -> (i32, String, String) {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        hookinbox(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    })
+    .await
+    .unwrap()
+}
+
+/// Waits until the process has logged a line containing every one of `words`.
+async fn wait_for_log(proc: &Proc, words: &[&str]) {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if proc
+            .logs
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| words.iter().all(|w| l.contains(w)))
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no log line with {words:?}: {:#?}",
+            proc.logs.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// `serve` as the real binary, with the delivery loops' logs.
+fn spawn(config: &std::path::Path) -> Proc {
+    Proc::spawn_env(
+        config,
+        &[],
+        &[(
+            "RUST_LOG",
+            "warn,hookinbox::commands::serve=info,hookinbox::deliver=info",
+        )],
+    )
+}
+
+/// Deliveries of `target` in `state`.
+fn count(conn: &rusqlite::Connection, target: &str, state: &str) -> i64 {
+    conn.query_row(
+        "SELECT count(*) FROM deliveries WHERE target = ?1 AND state = ?2",
+        [target, state],
+        |r| r.get(0),
+    )
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_target_holds_its_deliveries_across_a_restart_and_resume_sends_them_in_order() {
+    let sink = Sink::start(|_, _| Reply::Status(200)).await;
+    let d = deploy(&two_targets(&sink));
+    let config = d.config.display().to_string();
+    let client = client();
+    let post = |proc: &Proc, id: &str| {
+        let req = sign_with(
+            &d.scheme,
+            id,
+            &event_body(id, ""),
+            hookinbox::clock::unix_now(),
+        );
+        let (client, base) = (client.clone(), format!("http://{}", proc.public));
+        async move {
+            let status = send(&client, &base, "sw", &req).await.unwrap().status();
+            assert_eq!(status, 200);
+        }
+    };
+
+    let proc = spawn(&d.config);
+    let conn = open_read(&d.db);
+    // A name that is not configured is refused with the names there are.
+    let (code, _, err) = run(&["pause", "sw/ap", "--config", &config]).await;
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("no target \"sw/ap\"") && err.contains("targets are: sw/app, sw/audit"),
+        "{err}"
+    );
+    let (code, _, err) = run(&["pause", "app", "--config", &config]).await;
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("is not SOURCE/TARGET"), "{err}");
+
+    let (code, out, err) = run(&["pause", "sw/app", "--by", "tester", "--config", &config]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("paused sw/app: its 0 pending"), "{out}");
+    // The loop noticed before anything is sent.
+    wait_for_log(&proc, &["target is paused", "target=app", "tester"]).await;
+
+    let ids: Vec<String> = (0..6).map(|n| format!("evt_held_{n}")).collect();
+    for id in &ids[..3] {
+        post(&proc, id).await;
+    }
+    // The control target has them all: the paused one attempted none.
+    assert_eq!(
+        wait_for_count(
+            &conn,
+            "SELECT count(*) FROM deliveries WHERE target = 'audit' AND state = 'delivered'",
+            3
+        )
+        .await,
+        3
+    );
+    assert_eq!(count(&conn, "app", "pending"), 3);
+    assert_eq!(
+        conn.query_row(
+            "SELECT sum(attempts) FROM deliveries WHERE target = 'app'",
+            [],
+            |r| r.get::<_, i64>(0)
+        )
+        .unwrap(),
+        0
+    );
+    let (code, out, err) = run(&["events", "--json", "--config", &config]).await;
+    assert_eq!(code, 0, "{err}");
+    let page: Value = serde_json::from_str(&out).unwrap();
+    for e in page["events"].as_array().unwrap() {
+        assert_eq!(e["status"], "pending", "{e}");
+    }
+    let (_, shown, _) = run(&["show", "evt_held_0", "--config", &config]).await;
+    assert!(
+        shown.contains("paused since ") && shown.contains(" by tester"),
+        "{shown}"
+    );
+    let (_, shown, _) = run(&["show", "evt_held_0", "--json", "--config", &config]).await;
+    let shown: Value = serde_json::from_str(&shown).unwrap();
+    let by_target = |t: &str| {
+        shown["deliveries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["target"] == t)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(by_target("app")["paused_by"], "tester");
+    assert_eq!(by_target("audit")["paused_by"], Value::Null);
+    // Pausing again changes nothing, and says so.
+    let (code, out, _) = run(&["pause", "sw/app", "--json", "--config", &config]).await;
+    assert_eq!(code, 0);
+    let report: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (&report["changed"], &report["paused_by"], &report["pending"]),
+        (&Value::Bool(false), &Value::from("tester"), &Value::from(3))
+    );
+
+    // A restart keeps the pause: it is a row in the inbox.
+    assert!(proc.sigterm().success());
+    let proc = spawn(&d.config);
+    wait_for_log(&proc, &["target is paused", "target=app"]).await;
+    for id in &ids[3..] {
+        post(&proc, id).await;
+    }
+    assert_eq!(
+        wait_for_count(
+            &conn,
+            "SELECT count(*) FROM deliveries WHERE target = 'audit' AND state = 'delivered'",
+            6
+        )
+        .await,
+        6
+    );
+    assert_eq!(count(&conn, "app", "pending"), 6);
+    assert!(
+        sink.received().iter().all(|r| r.path == "/audit"),
+        "nothing reached the paused target"
+    );
+
+    let (code, out, err) = run(&["resume", "sw/app", "--config", &config]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with("resumed sw/app (paused since ") && out.contains("its 6 pending"),
+        "{out}"
+    );
+    assert_eq!(
+        wait_for_count(
+            &conn,
+            "SELECT count(*) FROM deliveries WHERE target = 'app' AND state = 'delivered'",
+            6
+        )
+        .await,
+        6
+    );
+    wait_for_log(&proc, &["target resumed", "target=app"]).await;
+    let order: Vec<String> = sink
+        .received()
+        .iter()
+        .filter(|r| r.path == "/app")
+        .map(|r| r.header("x-hookinbox-event-id").to_owned())
+        .collect();
+    assert_eq!(order, ids, "released in the order they arrived");
+    let (code, out, _) = run(&["resume", "sw/app", "--config", &config]).await;
+    assert_eq!(code, 0);
+    assert_eq!(out, "sw/app is not paused; nothing changed\n");
+    assert!(proc.sigterm().success());
+}
