@@ -64,7 +64,8 @@ pub enum Command {
     /// Example: hookinbox sign --source demo | sh
     Sign(commands::sign::Args),
     /// Queue deliveries again under their idempotency keys: one event, every dead delivery,
-    /// or a time range (a running `serve` sends them within a second)
+    /// or those a filter chooses (state, time, event type, error); a running `serve` sends
+    /// them within a second
     Replay(commands::replay::Args),
     /// Hold a target's deliveries back: they stay pending, and are not attempted, until
     /// `resume` (kept in the inbox, so across restarts; attempts already running finish)

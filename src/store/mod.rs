@@ -13,6 +13,7 @@ pub mod lock;
 pub mod pause;
 pub mod queue;
 pub mod read;
+pub mod replay;
 pub mod retention;
 pub mod writer;
 

@@ -2,6 +2,8 @@
 //! binary), bulk replay with filters, a target's rate limit, and `events --follow`. Each
 //! runs the real server with a real sink, and the commands as the real binary.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -233,4 +235,116 @@ async fn a_paused_target_holds_its_deliveries_across_a_restart_and_resume_sends_
     assert_eq!(code, 0);
     assert_eq!(out, "sw/app is not paused; nothing changed\n");
     assert!(proc.sigterm().success());
+}
+
+/// A body of the `sw` source with this event type.
+fn typed(id: &str, event_type: &str) -> Vec<u8> {
+    format!(r#"{{"id":"{id}","type":"{event_type}","data":{{}}}}"#).into_bytes()
+}
+
+/// The provider ids `replay --json` lists, sorted.
+fn listed(report: &str) -> Vec<String> {
+    let report: Value = serde_json::from_str(report).unwrap_or_else(|e| panic!("{e}: {report}"));
+    let mut ids: Vec<String> = report["deliveries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["event_id"].as_str().unwrap().to_owned())
+        .collect();
+    ids.sort();
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_selects_by_state_event_type_and_error_and_requeues_only_those() {
+    // Until told otherwise the app refuses one type for good (410) and fails on another
+    // (500, and with no retries that is dead at once); it takes the rest.
+    let accept = Arc::new(AtomicBool::new(false));
+    let flag = accept.clone();
+    let sink = Sink::start(move |r, _| {
+        let body = String::from_utf8_lossy(&r.body);
+        Reply::Status(match () {
+            _ if flag.load(Ordering::SeqCst) => 200,
+            _ if body.contains("invoice.gone") => 410,
+            _ if body.contains("invoice.broken") => 500,
+            _ => 200,
+        })
+    })
+    .await;
+    let server = TestServer::start(&forwarding(&sink.url(), "timeout = \"2s\"\nretry = []")).await;
+    for (id, ty) in [
+        ("g1", "invoice.gone"),
+        ("g2", "invoice.gone"),
+        ("b1", "invoice.broken"),
+        ("b2", "invoice.broken"),
+        ("k1", "invoice.ok"),
+    ] {
+        let req = server.sign("sw", id, &typed(id, ty));
+        assert_eq!(server.post("sw", &req).await.0, 200);
+    }
+    let conn = server.read();
+    let done = "SELECT count(*) FROM deliveries WHERE state IN ('dead', 'delivered')";
+    assert_eq!(wait_for_count(&conn, done, 5).await, 5);
+    let config = server.config.path.display().to_string();
+    let dry = |filters: &[&str]| {
+        let mut args = vec!["replay", "--dry-run", "--json", "--config", &config];
+        args.extend_from_slice(filters);
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        async move {
+            let (code, out, err) = run(&args.iter().map(String::as_str).collect::<Vec<_>>()).await;
+            assert_eq!(code, 0, "{args:?}: {err}");
+            listed(&out)
+        }
+    };
+    assert_eq!(dry(&["--error", "ANSWERED 500"]).await, ["b1", "b2"]);
+    assert_eq!(dry(&["--event-type", "invoice.gone"]).await, ["g1", "g2"]);
+    assert_eq!(dry(&["--state", "delivered"]).await, ["k1"]);
+    assert_eq!(dry(&["--dead"]).await, ["b1", "b2", "g1", "g2"]);
+    // Filters narrow each other.
+    assert_eq!(
+        dry(&["--state", "dead", "--error", "410", "--source", "sw"]).await,
+        ["g1", "g2"]
+    );
+    assert_eq!(
+        dry(&["--event-type", "invoice.ok", "--state", "dead"]).await,
+        Vec::<String>::new()
+    );
+    // A source or a target alone chooses nothing: that would be everything.
+    let (code, _, err) = run(&["replay", "--source", "sw", "--config", &config]).await;
+    assert_eq!(code, 2, "{err}");
+    let (code, _, err) = run(&[
+        "replay", "--dead", "--state", "pending", "--config", &config,
+    ])
+    .await;
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(
+        server.count("SELECT count(*) FROM deliveries WHERE state = 'dead'"),
+        4,
+        "the dry runs changed nothing"
+    );
+
+    accept.store(true, Ordering::SeqCst);
+    let (code, out, err) = run(&["replay", "--error", "answered 500", "--config", &config]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("re-queued 2 deliveries"), "{out}");
+    let delivered = "SELECT count(*) FROM deliveries WHERE state = 'delivered'";
+    assert_eq!(wait_for_count(&conn, delivered, 3).await, 3);
+    let dead: Vec<String> = conn
+        .prepare("SELECT event_id FROM dead_deliveries ORDER BY event_id")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(dead, ["g1", "g2"], "only the chosen ones were replayed");
+    for id in ["b1", "b2"] {
+        let seen: Vec<_> = sink
+            .received()
+            .into_iter()
+            .filter(|r| r.header("x-hookinbox-event-id") == id)
+            .collect();
+        assert_eq!(seen.len(), 2, "{id}: once failed, once replayed");
+        assert_eq!(seen[0].key(), seen[1].key(), "{id}: the same key");
+    }
+    server.stop().await;
 }

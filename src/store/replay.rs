@@ -1,0 +1,248 @@
+//! Replay: choosing deliveries by a [`Filter`], the [`Plan`] of what queuing them again
+//! would do, and doing it a chunk at a time ([`requeue`]). Nothing is received again: a
+//! replayed delivery keeps its idempotency key and its attempt numbering, and gets a fresh
+//! retry schedule (`schedule_base = attempts`).
+//!
+//! Invariant: only an eligible delivery is changed, checked again inside the transaction
+//! that changes it: not in flight (an attempt is running and will record its own result),
+//! its payload still stored (retention may have dropped it), and under ordering not older
+//! than the last version delivered for its key (it would only be superseded again).
+//!
+//! Callers: `hookinbox replay` plans on its own connection and requeues in short
+//! `BEGIN IMMEDIATE` transactions of [`CHUNK`]; inside `serve`, plan on a read-only
+//! connection and requeue through `Writer::job`, a chunk per job.
+
+use rusqlite::types::Value;
+use rusqlite::{Connection, params_from_iter};
+use serde::Serialize;
+
+/// Deliveries re-queued per transaction (one [`requeue`] call), so that a large replay never
+/// holds the write lock for long: `serve`'s writer waits at most 2 s for a lock held by
+/// another process, then answers webhooks 503, and a chunk is a few hundred row updates
+/// by primary key.
+pub const CHUNK: usize = 500;
+
+/// A delivery under ordering that a newer (or the same) version of its key already passed:
+/// re-queued, it would only be superseded again.
+const OUTDATED: &str = "(d.order_key IS NOT NULL AND EXISTS (
+        SELECT 1 FROM order_keys k
+         WHERE k.source = d.source AND k.target = d.target AND k.order_key = d.order_key
+           AND k.last_version >= d.order_version))";
+
+/// The event of delivery `d` still has its body (retention did not prune it).
+const HAS_PAYLOAD: &str = "EXISTS (SELECT 1 FROM payloads p WHERE p.event = d.event)";
+
+/// What [`plan`] selects. Every field that is set must match (AND). Times are inbox text
+/// (UTC ISO-8601 with milliseconds).
+///
+/// An empty filter selects nothing, not everything: see [`Filter::selects`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filter {
+    /// Every delivery of this event (its row id).
+    pub event: Option<i64>,
+    /// These deliveries (row ids).
+    pub deliveries: Vec<i64>,
+    pub source: Option<String>,
+    pub target: Option<String>,
+    /// The delivery's state word (`dead`, `delivered`, `pending`, `superseded`,
+    /// `in_flight`).
+    pub state: Option<String>,
+    /// Events received at or after this time …
+    pub since: Option<String>,
+    /// … and before this one.
+    pub until: Option<String>,
+    /// The provider's event type, exactly.
+    pub event_type: Option<String>,
+    /// Text the delivery's `last_error` contains, ignoring ASCII case.
+    pub error: Option<String>,
+}
+
+impl Filter {
+    /// Whether the filter chooses deliveries by itself: an event, deliveries, a state, a
+    /// start time, an event type or an error. A source, a target or an end time only narrow
+    /// a choice; alone they would mean "everything of this target", which a slip of the
+    /// keyboard must not replay. [`plan`] plans nothing for a filter that does not select.
+    pub fn selects(&self) -> bool {
+        self.event.is_some()
+            || !self.deliveries.is_empty()
+            || self.state.is_some()
+            || self.since.is_some()
+            || self.event_type.is_some()
+            || self.error.is_some()
+    }
+
+    /// The WHERE clause over `d` (deliveries) and `e` (events) and its parameters. Only
+    /// fixed fragments go into the SQL; every value is a parameter.
+    fn clause(&self) -> (String, Vec<Value>) {
+        let mut clauses: Vec<String> = Vec::new();
+        let mut values: Vec<Value> = Vec::new();
+        let mut text = |clause: &str, value: &Option<String>| {
+            if let Some(v) = value {
+                clauses.push(clause.to_owned());
+                values.push(Value::Text(v.clone()));
+            }
+        };
+        text("d.source = ?", &self.source);
+        text("d.target = ?", &self.target);
+        text("d.state = ?", &self.state);
+        text("e.received_at >= ?", &self.since);
+        text("e.received_at < ?", &self.until);
+        text("e.event_type = ?", &self.event_type);
+        // instr rather than LIKE: the operator's text may hold % or _, which LIKE would
+        // take as wildcards.
+        text("instr(lower(d.last_error), lower(?)) > 0", &self.error);
+        if let Some(event) = self.event {
+            clauses.push("d.event = ?".to_owned());
+            values.push(Value::Integer(event));
+        }
+        if !self.deliveries.is_empty() {
+            clauses.push(format!(
+                "d.id IN ({})",
+                vec!["?"; self.deliveries.len()].join(", ")
+            ));
+            values.extend(self.deliveries.iter().map(|id| Value::Integer(*id)));
+        }
+        if clauses.is_empty() {
+            clauses.push("1".to_owned());
+        }
+        (clauses.join(" AND "), values)
+    }
+}
+
+/// What replaying a [`Filter`] would do.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Plan {
+    /// Matching deliveries left alone because an attempt is running now.
+    pub in_flight: usize,
+    /// Matching deliveries whose payload retention already dropped: they cannot be sent.
+    pub pruned: usize,
+    /// Matching deliveries under ordering whose key has a version at least as new
+    /// delivered: sending them again would break the order.
+    pub superseded: usize,
+    /// What would be queued again, by delivery id.
+    pub eligible: Vec<Listed>,
+}
+
+/// One delivery, by every name an operator may know it by.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Listed {
+    pub delivery: i64,
+    /// The event's row id.
+    pub event: i64,
+    pub source: String,
+    /// The provider's event id.
+    pub event_id: String,
+    pub target: String,
+    /// Its state now (before the replay).
+    pub state: String,
+}
+
+/// The deliveries `f` selects, counted by why some cannot be replayed, and listed where
+/// they can. Only reads. The counts and the list are separate short statements, so a
+/// delivery that changes between them can be counted in one and listed in the other;
+/// [`requeue`] checks eligibility again in its own transaction, which is what counts.
+pub fn plan(conn: &Connection, f: &Filter) -> rusqlite::Result<Plan> {
+    if !f.selects() {
+        return Ok(Plan::default());
+    }
+    let (filter, values) = f.clause();
+    let count = |extra: &str| -> rusqlite::Result<usize> {
+        let sql = format!(
+            "SELECT count(*) FROM deliveries d JOIN events e ON e.id = d.event
+              WHERE {filter} AND {extra}"
+        );
+        let n: i64 = conn.query_row(&sql, params_from_iter(values.iter()), |r| r.get(0))?;
+        Ok(usize::try_from(n).unwrap_or(0))
+    };
+    let in_flight = count("d.state = 'in_flight'")?;
+    let pruned = count(&format!("d.state <> 'in_flight' AND NOT {HAS_PAYLOAD}"))?;
+    let superseded = count(&format!(
+        "d.state <> 'in_flight' AND {HAS_PAYLOAD} AND {OUTDATED}"
+    ))?;
+    let sql = format!(
+        "SELECT d.id, d.event, d.source, e.event_id, d.target, d.state
+           FROM deliveries d JOIN events e ON e.id = d.event
+          WHERE {filter} AND {} ORDER BY d.id",
+        eligible()
+    );
+    let eligible = conn
+        .prepare(&sql)?
+        .query_map(params_from_iter(values.iter()), |r| {
+            Ok(Listed {
+                delivery: r.get(0)?,
+                event: r.get(1)?,
+                source: r.get(2)?,
+                event_id: r.get(3)?,
+                target: r.get(4)?,
+                state: r.get(5)?,
+            })
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(Plan {
+        in_flight,
+        pruned,
+        superseded,
+        eligible,
+    })
+}
+
+/// Queues these deliveries again, due now, under their keys; returns how many it changed.
+/// One chunk (at most [`CHUNK`] ids): the caller owns the transaction. Each is checked
+/// again here, since an attempt may have started, or retention run, after the plan.
+pub fn requeue(conn: &Connection, ids: &[i64], now: &str) -> rusqlite::Result<usize> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let marks = vec!["?"; ids.len()].join(", ");
+    // A new schedule starts (schedule_base = attempts so far); the attempt numbers the
+    // target sees count on. Eligibility is checked row by row, correlated, so the update
+    // touches only the chunk's rows rather than scanning the table.
+    let sql = format!(
+        "UPDATE deliveries AS d
+            SET state = 'pending', next_attempt_at = ?1, schedule_base = attempts,
+                lease_until = NULL, last_error = 'replayed by the operator', updated_at = ?1
+          WHERE d.id IN ({marks}) AND {}",
+        eligible()
+    );
+    let mut params: Vec<Value> = vec![Value::Text(now.to_owned())];
+    params.extend(ids.iter().map(|id| Value::Integer(*id)));
+    conn.execute(&sql, params_from_iter(params.iter()))
+}
+
+/// A delivery `d` that replay may change.
+fn eligible() -> String {
+    format!("d.state <> 'in_flight' AND {HAS_PAYLOAD} AND NOT {OUTDATED}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_filter_that_chooses_something_selects() {
+        let narrowing = Filter {
+            source: Some("sw".into()),
+            target: Some("app".into()),
+            until: Some("2026-11-30T08:00:00.000Z".into()),
+            ..Filter::default()
+        };
+        assert!(!Filter::default().selects());
+        assert!(!narrowing.selects());
+        for chosen in [
+            Filter {
+                state: Some("dead".into()),
+                ..narrowing.clone()
+            },
+            Filter {
+                error: Some("refused".into()),
+                ..narrowing.clone()
+            },
+            Filter {
+                deliveries: vec![3],
+                ..narrowing.clone()
+            },
+        ] {
+            assert!(chosen.selects(), "{chosen:?}");
+        }
+    }
+}
