@@ -48,7 +48,11 @@ pub fn run(config: &Config, out: &mut impl Write) -> anyhow::Result<()> {
                 TargetKind::Url(url) => format!("url {url}"),
                 TargetKind::Command(argv) => format!("command {argv:?}"),
             };
-            writeln!(out, "          target {:<10} {what}", t.name)?;
+            let rate = match &t.rate {
+                Some(r) => format!("  rate={r} (at most {} at once)", r.burst()),
+                None => String::new(),
+            };
+            writeln!(out, "          target {:<10} {what}{rate}", t.name)?;
         }
         if s.targets.is_empty() {
             writeln!(

@@ -77,7 +77,7 @@ pub enum State {
     Delivered,
     /// Waiting for its next attempt: try it now, on a fresh schedule
     Pending,
-    /// A newer version of its key went first; replayed only if none is delivered
+    /// A version of its key at least as new was delivered: counted, and left alone while so
     Superseded,
     /// An attempt is running: never replayed, only counted
     #[value(name = "in_flight")]

@@ -14,6 +14,7 @@
 pub mod backoff;
 pub mod command;
 pub mod http;
+pub mod pace;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -24,12 +25,13 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::clock;
-use crate::config::{Source, Target, TargetKind};
+use crate::config::{Rate, Source, Target, TargetKind};
 use crate::metrics::{AttemptLabels, Metrics, TargetLabels};
 use crate::store::pause::{self, Paused};
 use crate::store::queue::{self, ClaimRequest, Claimed, EventData, Finished, Next};
 use crate::store::read;
 use crate::store::writer::Writer;
+use pace::Pace;
 
 /// How long a target's task sleeps at most before looking for due work again, when nothing
 /// woke it (a retry coming due is found by its time; this catches the rest).
@@ -131,6 +133,8 @@ struct TargetRun {
     timeout: Duration,
     retry: Vec<Duration>,
     concurrency: usize,
+    /// How fast attempts may start, if limited.
+    rate: Option<Rate>,
     lease: Duration,
     /// Whether the source orders its events.
     ordered: bool,
@@ -160,6 +164,7 @@ impl TargetRun {
             timeout: t.timeout,
             retry: t.retry.clone(),
             concurrency: t.concurrency,
+            rate: t.rate,
             lease: t.lease,
             ordered: source.order.is_some(),
             sender,
@@ -439,9 +444,9 @@ async fn sweeper(
     }
 }
 
-/// One target's loop: claim what is due (up to the free concurrency), start an attempt
-/// task per claim, sleep until something is due, a new event is committed or an attempt
-/// ends.
+/// One target's loop: claim what is due (up to the free concurrency, and what its rate
+/// allows now), start an attempt task per claim, sleep until something is due, the rate
+/// allows more, a new event is committed or an attempt ends.
 async fn run_target(
     t: Arc<TargetRun>,
     shared: Shared,
@@ -455,6 +460,7 @@ async fn run_target(
     // turning (nothing is due, so it sleeps the idle poll or until a commit wakes it): that
     // is how it notices a resume written by another process, within a second.
     let mut paused: Option<Paused> = None;
+    let mut pace = t.rate.as_ref().map(|r| Pace::new(r, Instant::now()));
     while stop.borrow().is_none() {
         beat.store(unix_millis(), Ordering::Relaxed);
         while inflight.try_join_next().is_some() {}
@@ -475,11 +481,24 @@ async fn run_target(
                 }
                 None => None,
             };
-            if due.is_some_and(|at| at <= SystemTime::now()) {
+            // With a rate, only what may start now is claimed: a claimed delivery's lease
+            // runs from the claim, so it must not wait for the rate in flight.
+            let allowed = pace
+                .as_ref()
+                .map_or(free, |p| p.available(Instant::now()).min(free));
+            let due_now = due.is_some_and(|at| at <= SystemTime::now());
+            if due_now && allowed == 0 {
+                // Due, but the rate allows none yet: sleep until it allows one.
+                due = None;
+                wait = pace
+                    .as_ref()
+                    .map_or(IDLE_POLL, |p| p.wait(Instant::now()))
+                    .min(IDLE_POLL);
+            } else if due_now {
                 let request = ClaimRequest {
                     source: t.source.clone(),
                     target: t.name.clone(),
-                    limit: free,
+                    limit: allowed,
                     lease: t.lease,
                     max_attempts: t.max_attempts(),
                     ordered: t.ordered,
@@ -488,7 +507,10 @@ async fn run_target(
                     // Claimed, then forgotten as a crash would: the leases bring them back.
                     Ok(_) if crate::failpoint::error("deliver.after_claim") => due = None,
                     Ok(claims) => {
-                        let all = claims.len() == free;
+                        if let Some(p) = &mut pace {
+                            p.take(claims.len(), Instant::now());
+                        }
+                        let all = claims.len() == allowed;
                         // One read for the whole claim, not one per attempt.
                         let ids: Vec<i64> = claims.iter().map(|c| c.event).collect();
                         let mut events = load_events(&shared.readers, ids).await;
@@ -500,7 +522,8 @@ async fn run_target(
                             inflight.spawn(attempt(t.clone(), c, event, shared.clone()));
                         }
                         if all {
-                            // There may be more due: look again at once.
+                            // There may be more due: look again at once (if the rate
+                            // stopped this claim, the next turn sleeps until it allows more).
                             continue;
                         }
                         due = look(&shared.readers, &t).await.and_then(|l| l.due);

@@ -348,3 +348,43 @@ async fn replay_selects_by_state_event_type_and_error_and_requeues_only_those() 
     }
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limited_target_gets_its_attempts_spaced_out() {
+    let sink = Sink::start(|_, _| Reply::Status(200)).await;
+    // Enough slots for all six at once: only the rate can spread them out.
+    let server =
+        TestServer::start(&forwarding(&sink.url(), "concurrency = 16\nrate = \"2/s\"")).await;
+    let (code, out, err) = run(&[
+        "check",
+        "--config",
+        &server.config.path.display().to_string(),
+    ])
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("rate=2/s (at most 1 at once)"), "{out}");
+    for n in 0..6 {
+        let id = format!("evt_rate_{n}");
+        let req = server.sign("sw", &id, &event_body(&id, ""));
+        assert_eq!(server.post("sw", &req).await.0, 200);
+    }
+    let delivered = "SELECT count(*) FROM deliveries WHERE state = 'delivered'";
+    assert_eq!(wait_for_count(&server.read(), delivered, 6).await, 6);
+    let at: Vec<Instant> = sink.received().iter().map(|r| r.at).collect();
+    assert_eq!(at.len(), 6, "each attempt once");
+    // At 2/s, one at a time, six starts span 2.5 s; without the limit they all arrive
+    // within milliseconds. A slow machine only spreads them further; to fall below this
+    // bound the first request alone would have to take 1.5 s longer than the last.
+    let spread = *at.iter().max().unwrap() - *at.iter().min().unwrap();
+    assert!(
+        spread >= Duration::from_secs(1),
+        "six attempts at 2/s arrived within {spread:?}"
+    );
+    // The leases never ran out while waiting for the rate: nothing was swept back.
+    assert_eq!(
+        server.count("SELECT count(*) FROM attempts"),
+        6,
+        "one attempt per delivery"
+    );
+    server.stop().await;
+}
