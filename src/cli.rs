@@ -83,7 +83,8 @@ pub enum Command {
     Prune(commands::prune::Args),
     /// Write a consistent, checked copy of the inbox while serve runs
     Backup(commands::backup::Args),
-    /// List stored events, newest first, with what became of their deliveries
+    /// List stored events, newest first, with what became of their deliveries (--follow:
+    /// then each new one as it is stored, like `tail -f`)
     Events(commands::events::Args),
     /// Show one event: identity, headers, body, and every delivery with every attempt
     Show(commands::show::Args),

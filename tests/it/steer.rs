@@ -2,6 +2,8 @@
 //! binary), bulk replay with filters, a target's rate limit, and `events --follow`. Each
 //! runs the real server with a real sink, and the commands as the real binary.
 
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -386,5 +388,147 @@ async fn a_rate_limited_target_gets_its_attempts_spaced_out() {
         6,
         "one attempt per delivery"
     );
+    server.stop().await;
+}
+
+/// Two Standard Webhooks sources, `sw` and `other`, storing without targets.
+const TWO_SOURCES: &str = r#"
+[[sources]]
+name = "sw"
+scheme = "standard-webhooks"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+[[sources]]
+name = "other"
+scheme = "standard-webhooks"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+"#;
+
+/// `hookinbox events --follow` as a child process, its stdout read line by line on a thread
+/// of its own (so that a wait for a line can time out). Killed when dropped, so that a test
+/// that fails leaves nothing running.
+struct Follower {
+    child: std::process::Child,
+    /// None once the test stopped reading: the thread then ends at the next line, closing
+    /// the pipe as `| head` would.
+    lines: Option<std::sync::mpsc::Receiver<String>>,
+}
+
+impl Follower {
+    /// `hookinbox events --follow ARGS… --db DB`.
+    fn start(db: &std::path::Path, args: &[&str]) -> Follower {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_hookinbox"))
+            .args(["events", "--follow"])
+            .args(args)
+            .arg("--db")
+            .arg(db)
+            .env_remove("HOOKINBOX_CONFIG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Follower {
+            child,
+            lines: Some(rx),
+        }
+    }
+
+    /// The next line it printed.
+    async fn line(&self) -> String {
+        let lines = self.lines.as_ref().expect("still reading");
+        tokio::task::block_in_place(|| lines.recv_timeout(PATIENCE))
+            .expect("events --follow printed a line")
+    }
+
+    fn signal(&self, name: &str) {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill")
+            .args([&format!("-{name}"), &pid])
+            .status();
+        assert!(sent.unwrap().success());
+    }
+
+    /// Its exit code, once it has ended.
+    fn exited(&mut self) -> Option<Option<i32>> {
+        self.child.try_wait().unwrap().map(|status| status.code())
+    }
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_follow_prints_new_events_as_they_commit_and_ends_cleanly() {
+    let server = TestServer::start(TWO_SOURCES).await;
+    let post = |source: &'static str, id: &'static str| {
+        let req = server.sign(source, id, &event_body(id, ""));
+        let server = &server;
+        async move { assert_eq!(server.post(source, &req).await.0, 200) }
+    };
+    post("sw", "evt_before").await;
+
+    let mut json = Follower::start(&server.db, &["--json", "--source", "sw"]);
+    // The newest page first, one JSON object per line.
+    let first: Value = serde_json::from_str(&json.line().await).unwrap();
+    assert_eq!(first["event_id"], "evt_before", "{first}");
+    post("sw", "evt_new_1").await;
+    post("other", "evt_elsewhere").await;
+    post("sw", "evt_new_2").await;
+    let mut followed = Vec::new();
+    for _ in 0..2 {
+        let line = json.line().await;
+        let e: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert_eq!(e["source"], "sw", "the filter holds: {line}");
+        followed.push(e["event_id"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(followed, ["evt_new_1", "evt_new_2"]);
+    // Ctrl-C ends it with success.
+    json.signal("INT");
+    let deadline = Instant::now() + PATIENCE;
+    let code = loop {
+        if let Some(code) = json.exited() {
+            break code;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "SIGINT did not end events --follow"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    };
+    assert_eq!(code, Some(0), "interrupted is a clean end");
+
+    // A reader that goes away (`| head -2`) ends it too, when it next writes: exit 0, no
+    // panic. New events keep coming until it has noticed.
+    let mut text = Follower::start(&server.db, &["--limit", "1"]);
+    assert!(text.line().await.starts_with("ID  "), "the header");
+    assert!(text.line().await.contains("evt_new_2"));
+    text.lines = None;
+    let code = loop {
+        if let Some(code) = text.exited() {
+            break code;
+        }
+        let id = format!("evt_unread_{}", server.count("SELECT count(*) FROM events"));
+        let req = server.sign("sw", &id, &event_body(&id, ""));
+        assert_eq!(server.post("sw", &req).await.0, 200);
+        assert!(
+            server.count("SELECT count(*) FROM events") < 100,
+            "a closed pipe did not end events --follow"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(code, Some(0), "a closed pipe is a clean end");
     server.stop().await;
 }
