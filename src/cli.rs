@@ -81,11 +81,24 @@ pub enum Command {
         hookinbox sign --source demo --body event.json --format headers")]
     Sign(commands::sign::Args),
     /// Queue deliveries again under their idempotency keys: one event, every dead delivery,
-    /// or a time range (a running `serve` sends them within a second)
+    /// or those a filter chooses (state, time, event type, error); a running `serve` sends
+    /// them within a second
     #[command(after_help = "Examples:\n  \
         hookinbox replay 42                     # every delivery of event 42\n  \
-        hookinbox replay --dead --source stripe --target app --dry-run")]
+        hookinbox replay --dead --source stripe --target app --dry-run\n  \
+        hookinbox replay --state dead --error timeout --since 1d")]
     Replay(commands::replay::Args),
+    /// Hold a target's deliveries back: they stay pending, and are not attempted, until
+    /// `resume` (kept in the inbox, so across restarts; attempts already running finish)
+    #[command(after_help = "Examples:\n  \
+        hookinbox pause stripe/app              # while the app is being migrated\n  \
+        hookinbox pause stripe/app --json")]
+    Pause(commands::pause::PauseArgs),
+    /// Release a paused target: its pending deliveries go out in their order (a running
+    /// `serve` notices within a second)
+    #[command(after_help = "Examples:\n  \
+        hookinbox resume stripe/app")]
+    Resume(commands::pause::Args),
     /// Ask the running serve to reload its configuration, and wait for the answer (exit 1
     /// when it was refused; the unit's ExecReload)
     ///
@@ -105,10 +118,12 @@ pub enum Command {
         hookinbox backup /var/backups/hookinbox.db\n  \
         hookinbox backup --json --db /var/lib/hookinbox/inbox.db /var/backups/before-upgrade.db")]
     Backup(commands::backup::Args),
-    /// List stored events, newest first, with what became of their deliveries
+    /// List stored events, newest first, with what became of their deliveries (--follow:
+    /// then each new one as it is stored, like `tail -f`)
     #[command(after_help = "Examples:\n  \
         hookinbox events --status dead --since 1d\n  \
-        hookinbox events --source stripe --limit 500 --json")]
+        hookinbox events --source stripe --limit 500 --json\n  \
+        hookinbox events --follow --source stripe")]
     Events(commands::events::Args),
     /// Show one event: identity, headers, body, and every delivery with every attempt
     #[command(after_help = "Examples:\n  \
@@ -295,6 +310,10 @@ fn offline_command(
     let out = &mut std::io::stdout().lock();
     match command {
         Command::Replay(args) => commands::replay::run(db, offline, args, out),
+        Command::Pause(args) => {
+            commands::pause::run(db, offline, true, &args.which, args.by.as_deref(), out)
+        }
+        Command::Resume(args) => commands::pause::run(db, offline, false, args, None, out),
         Command::Arm(args) => commands::arm::run(db, offline, args, out),
         Command::Prune(args) => {
             let Some(offline) = offline else {

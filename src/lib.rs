@@ -9,7 +9,8 @@
 //! - [`secret`]: where secrets come from, and a type that never prints them.
 //! - [`scheme`]: one module per signature scheme; pure functions over (headers, body, now).
 //! - [`store`]: the inbox: schema and migrations, the single writer with group commit,
-//!   read-only connections, retention, one `serve` per inbox, commit announcements.
+//!   read-only connections, retention, one `serve` per inbox, commit announcements, paused
+//!   targets, replay plans.
 //! - [`receive`]: the public listener: limits, routing, verification, answers.
 //! - [`deliver`]: the worker that forwards stored events to their targets, with retries.
 //! - [`admin`]: the local admin listener: metrics and health.

@@ -91,8 +91,18 @@ fn needs_escape(c: char) -> bool {
 /// is the same character, so a program reading it gets the provider's exact text while a
 /// terminal showing it stays safe.
 pub fn write_json(out: &mut impl Write, value: &impl serde::Serialize) -> io::Result<()> {
-    let text = serde_json::to_string_pretty(value)?;
-    let mut safe = String::with_capacity(text.len());
+    out.write_all(json_safe(&serde_json::to_string_pretty(value)?).as_bytes())
+}
+
+/// [`write_json`] on one line: compact JSON and a newline, for a stream of objects (NDJSON,
+/// `events --follow --json`), escaped the same way.
+pub fn write_json_line(out: &mut impl Write, value: &impl serde::Serialize) -> io::Result<()> {
+    out.write_all(json_safe(&serde_json::to_string(value)?).as_bytes())
+}
+
+/// serde_json's `text` with what it leaves raw written as `\uXXXX`, and a newline.
+fn json_safe(text: &str) -> String {
+    let mut safe = String::with_capacity(text.len() + 1);
     for c in text.chars() {
         // C0 controls are left alone: inside strings serde_json has escaped them already,
         // so any left are the pretty-printer's own newlines.
@@ -104,7 +114,7 @@ pub fn write_json(out: &mut impl Write, value: &impl serde::Serialize) -> io::Re
         }
     }
     safe.push('\n');
-    out.write_all(safe.as_bytes())
+    safe
 }
 
 /// `s` escaped and cut to [`MAX_CELL`] characters, the last one `…` when cut.
@@ -251,6 +261,19 @@ mod tests {
         );
         let back: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(back, value);
+
+        let mut line = Vec::new();
+        write_json_line(&mut line, &value).unwrap();
+        let line = String::from_utf8(line).unwrap();
+        assert_eq!(line.matches('\n').count(), 1, "{line}");
+        assert!(
+            line.ends_with('\n') && line.contains(r"\u202eb\u009b"),
+            "{line}"
+        );
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&line).unwrap(),
+            value
+        );
     }
 
     #[test]

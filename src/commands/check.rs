@@ -66,6 +66,10 @@ struct SourceReport {
 #[derive(Debug, Serialize)]
 struct TargetReport {
     name: String,
+    /// `rate`, as written (`50/s`); null without a limit.
+    rate: Option<String>,
+    /// How many attempts the rate lets start at once.
+    burst: Option<u32>,
     /// `"url": …` or `"command": […]`, as the file writes it.
     #[serde(flatten)]
     to: To,
@@ -130,6 +134,8 @@ fn report(config: &Config) -> Report {
 fn target_report(t: &crate::config::Target) -> TargetReport {
     TargetReport {
         name: t.name.clone(),
+        rate: t.rate.as_ref().map(|r| r.to_string()),
+        burst: t.rate.as_ref().map(|r| r.burst()),
         to: match &t.kind {
             TargetKind::Url(url) => To::Url(url.clone()),
             TargetKind::Command(argv) => To::Command(argv.clone()),
@@ -138,9 +144,13 @@ fn target_report(t: &crate::config::Target) -> TargetReport {
 }
 
 fn target_line(t: &TargetReport) -> String {
-    match &t.to {
+    let what = match &t.to {
         To::Url(url) => format!("url {url}"),
         To::Command(argv) => format!("command {argv:?}"),
+    };
+    match (&t.rate, t.burst) {
+        (Some(rate), Some(burst)) => format!("{what}  rate={rate} (at most {burst} at once)"),
+        _ => what,
     }
 }
 

@@ -1,5 +1,6 @@
 //! `hookinbox events`: the inbox's events, newest first, with what became of their
-//! deliveries; filtered by source, status and time, and paged with `--before`.
+//! deliveries; filtered by source, status and time, and paged with `--before`. With
+//! `--follow`, the newest page and then each new event as it is committed, like `tail -f`.
 //!
 //! The status is the `status` word of the `recent_events` view, so this command, the view
 //! and an operator's `sqlite3` always agree on what "dead" means.
@@ -8,6 +9,7 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::Context as _;
+use rusqlite::Connection;
 use rusqlite::types::Value;
 use serde::{Deserialize, Serialize};
 
@@ -20,6 +22,12 @@ pub const DEFAULT_LIMIT: u32 = 50;
 /// The most rows one listing prints; page further with `events --before`. Bounds the memory
 /// one command uses and how long its statement reads.
 pub const MAX_LIMIT: i64 = 10_000;
+
+/// How often `--follow` looks for new events. Another process cannot be told of a commit,
+/// so it polls: each look is one read of the ids above the last one printed (the primary
+/// key; under WAL it never blocks `serve`), so half a second costs nothing while a new
+/// event shows up before anyone watching wonders where it is.
+pub const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(500);
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -48,9 +56,15 @@ pub struct Args {
     /// it ("more: --before ID")
     #[arg(long, value_name = "ID")]
     pub before: Option<i64>,
-    /// Print JSON instead of a table
+    /// Print JSON instead of a table (with --follow: one JSON object per event and line,
+    /// NDJSON)
     #[arg(long)]
     pub json: bool,
+    /// Keep printing new events as they are stored, like `tail -f`, until interrupted: the
+    /// newest page (--limit) oldest first, then each new event that matches the filters.
+    /// --status is the status an event has when it is first seen
+    #[arg(long, short, conflicts_with_all = ["before", "until"])]
+    pub follow: bool,
 }
 
 /// An event's status: the `status` word of the `recent_events` view.
@@ -108,7 +122,8 @@ struct Delivery {
 
 /// One statement reads the page and, per event, its deliveries as a JSON array (SQLite's
 /// JSON functions), so that status and deliveries come from the same snapshot without an
-/// explicit transaction. The WHERE clause is appended from the fixed fragments in [`run`].
+/// explicit transaction. The WHERE clause is appended from the fixed fragments in
+/// [`filtered`].
 const SELECT: &str = "
 SELECT v.id, v.received_at, v.source, v.account, v.event_id, v.event_type, v.size,
        v.status, v.pruned,
@@ -120,14 +135,94 @@ SELECT v.id, v.received_at, v.source, v.account, v.event_id, v.event_type, v.siz
  WHERE 1";
 
 pub fn run(db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
-    // Only fixed fragments go into the SQL; every value the operator typed is a parameter.
-    //
-    // Plans, so that a page of a large inbox stays a short query: by default SQLite walks
-    // the primary key downwards from `--before` and stops after a page of matches. The unary
-    // `+` keeps it from using the source index for `--source` (or `events_received` for
-    // `--until`), which would collect every match and sort them all, on every page. `--since`
-    // is left indexable: its window is the newest events, which the index finds without
-    // walking the rest of the table (and sorts only the window).
+    let conn = store::read::open_current(db)
+        .with_context(|| format!("opening the inbox {}", db.display()))?;
+    if args.follow {
+        return follow(&conn, db, args, out);
+    }
+    // One row more than the page: whether it exists says whether there is a next page.
+    let (mut sql, mut params) = filtered(args);
+    if let Some(id) = args.before {
+        sql.push_str(" AND v.id < ?");
+        params.push(Value::Integer(id));
+    }
+    sql.push_str(" ORDER BY v.id DESC LIMIT ?");
+    params.push(Value::Integer(i64::from(args.limit) + 1));
+    let mut events = read(&conn, db, &sql, params)?;
+    drop(conn);
+
+    let limit = args.limit as usize;
+    let next_before = if events.len() > limit {
+        events.truncate(limit);
+        events.last().map(|e| e.id)
+    } else {
+        None
+    };
+
+    if args.json {
+        crate::terminal::write_json(
+            out,
+            &Page {
+                events,
+                next_before,
+            },
+        )?;
+        return Ok(());
+    }
+    let mut table = Table::new(&HEADERS);
+    for e in &events {
+        table.row(cells(e));
+    }
+    table.write(out)?;
+    if let Some(id) = next_before {
+        // On stderr, so that the table on stdout stays only rows.
+        eprintln!("more: --before {id}");
+    }
+    Ok(())
+}
+
+/// The table's columns.
+const HEADERS: [&str; 8] = [
+    "id",
+    "received",
+    "source",
+    "event id",
+    "type",
+    "size",
+    "status",
+    "deliveries",
+];
+
+/// One event's row, unescaped (the table and [`Rows`] escape every cell).
+fn cells(e: &Event) -> [String; 8] {
+    let deliveries: Vec<String> = e
+        .deliveries
+        .iter()
+        .map(|d| format!("{}={}", d.target, d.state))
+        .collect();
+    [
+        e.id.to_string(),
+        e.received_at.clone(),
+        e.source.clone(),
+        e.event_id.clone(),
+        e.event_type.clone().unwrap_or_else(|| "-".into()),
+        e.size.to_string(),
+        e.status.clone(),
+        deliveries.join(" "),
+    ]
+}
+
+/// [`SELECT`] with the operator's filters, to which the caller appends its range and order.
+///
+/// Only fixed fragments go into the SQL; every value the operator typed is a parameter.
+///
+/// Plans, so that a page of a large inbox stays a short query: by default SQLite walks the
+/// primary key downwards from `--before` and stops after a page of matches. The unary `+`
+/// keeps it from using the source index for `--source` (or `events_received` for
+/// `--until`), which would collect every match and sort them all, on every page. `--since`
+/// is left indexable: its window is the newest events, which the index finds without
+/// walking the rest of the table (and sorts only the window).
+fn filtered(args: &Args) -> (String, Vec<Value>) {
     let mut sql = String::from(SELECT);
     let mut params: Vec<Value> = Vec::new();
     let mut filter = |clause: &str, value: Value| {
@@ -146,19 +241,14 @@ pub fn run(db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
     if let Some(t) = &args.until {
         filter(" AND +v.received_at < ?", Value::Text(t.clone()));
     }
-    if let Some(id) = args.before {
-        filter(" AND v.id < ?", Value::Integer(id));
-    }
-    // One row more than the page: whether it exists says whether there is a next page.
-    filter(
-        " ORDER BY v.id DESC LIMIT ?",
-        Value::Integer(i64::from(args.limit) + 1),
-    );
+    (sql, params)
+}
 
-    let conn = store::read::open_current(db)
-        .with_context(|| format!("opening the inbox {}", db.display()))?;
-    let mut events = conn
-        .prepare(&sql)
+/// Runs a query built on [`SELECT`]. Collected before returning, so that the statement is
+/// reset and holds no read snapshot open (which would keep the WAL from being
+/// checkpointed while `--follow` waits).
+fn read(conn: &Connection, db: &Path, sql: &str, params: Vec<Value>) -> anyhow::Result<Vec<Event>> {
+    conn.prepare(sql)
         .and_then(|mut stmt| {
             stmt.query_map(rusqlite::params_from_iter(params), |r| {
                 Ok((
@@ -191,58 +281,153 @@ pub fn run(db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
             };
             Ok(e)
         })
-        .collect::<anyhow::Result<Vec<Event>>>()?;
-    drop(conn);
+        .collect()
+}
 
-    let limit = args.limit as usize;
-    let next_before = if events.len() > limit {
-        events.truncate(limit);
-        events.last().map(|e| e.id)
+/// `--follow`: the newest page, oldest first, then every new event as it is committed, until
+/// SIGINT or SIGTERM (exit 0), or until stdout is closed (a write fails with a broken pipe,
+/// which `cli` takes as the reader's choice, not a failure).
+///
+/// Each event is looked at once, when its id first appears: ids only grow, since the one
+/// writer inserts them in commit order, so "above the last id seen" is exactly "new".
+/// (Retention deleting the newest row could let its id be used again, which this would not
+/// see; it deletes only events older than `keep_identity`, so only after an inbox had no new
+/// event for that long.)
+fn follow(conn: &Connection, db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime that waits for signals")?;
+    runtime.block_on(async {
+        use tokio::signal::unix::{SignalKind, signal};
+        // Before the first line: from then on an interrupt ends the loop between lines.
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        let mut terminate = signal(SignalKind::terminate())?;
+        let mut rows = Rows::default();
+        let mut seen = newest_id(conn, db)?;
+        let (mut sql, mut params) = filtered(args);
+        sql.push_str(" AND v.id <= ? ORDER BY v.id DESC LIMIT ?");
+        params.extend([Value::Integer(seen), Value::Integer(i64::from(args.limit))]);
+        let mut page = read(conn, db, &sql, params)?;
+        page.reverse();
+        if !args.json {
+            // The first page is known: aligned over it, as a table would be.
+            let header = HEADERS.map(str::to_uppercase);
+            for cells in std::iter::once(header.clone()).chain(page.iter().map(cells)) {
+                rows.widen(&cells);
+            }
+            rows.write(out, &header)?;
+        }
+        for e in &page {
+            print_followed(e, args.json, &mut rows, out)?;
+        }
+        out.flush()?;
+        loop {
+            tokio::select! {
+                _ = interrupt.recv() => return Ok(()),
+                _ = terminate.recv() => return Ok(()),
+                () = tokio::time::sleep(FOLLOW_POLL) => {}
+            }
+            let newest = newest_id(conn, db)?;
+            // A burst is read in pages, each a short statement.
+            while seen < newest {
+                let (mut sql, mut params) = filtered(args);
+                sql.push_str(" AND v.id > ? AND v.id <= ? ORDER BY v.id LIMIT ?");
+                let upto = newest.min(seen.saturating_add(MAX_LIMIT));
+                params.extend([
+                    Value::Integer(seen),
+                    Value::Integer(upto),
+                    Value::Integer(MAX_LIMIT),
+                ]);
+                for e in read(conn, db, &sql, params)? {
+                    print_followed(&e, args.json, &mut rows, out)?;
+                }
+                seen = upto;
+            }
+            out.flush()?;
+        }
+    })
+}
+
+/// The highest event id in the inbox, 0 when it has none.
+fn newest_id(conn: &Connection, db: &Path) -> anyhow::Result<i64> {
+    conn.query_row("SELECT coalesce(max(id), 0) FROM events", [], |r| r.get(0))
+        .with_context(|| format!("reading events from {}", db.display()))
+}
+
+fn print_followed(
+    e: &Event,
+    json: bool,
+    rows: &mut Rows,
+    out: &mut impl Write,
+) -> std::io::Result<()> {
+    if json {
+        crate::terminal::write_json_line(out, e)
     } else {
-        None
-    };
+        rows.write(out, &cells(e))
+    }
+}
 
-    if args.json {
-        crate::terminal::write_json(
-            out,
-            &Page {
-                events,
-                next_before,
-            },
-        )?;
-        return Ok(());
+/// Table rows written one at a time, for `--follow`: a [`Table`] aligns its columns over
+/// rows it already holds, and a follow cannot wait for rows to come. Each column is padded
+/// to the widest cell seen so far, so the columns line up until a wider value arrives, and
+/// move right (never left) from then on.
+#[derive(Debug, Default)]
+struct Rows {
+    widths: Vec<usize>,
+}
+
+impl Rows {
+    /// Makes room for `cells` (unescaped) without writing them.
+    fn widen(&mut self, cells: &[String]) {
+        let cells: Vec<String> = cells.iter().map(|c| crate::terminal::cell(c)).collect();
+        self.widen_escaped(&cells);
     }
-    let mut table = Table::new(&[
-        "id",
-        "received",
-        "source",
-        "event id",
-        "type",
-        "size",
-        "status",
-        "deliveries",
-    ]);
-    for e in &events {
-        let deliveries: Vec<String> = e
-            .deliveries
-            .iter()
-            .map(|d| format!("{}={}", d.target, d.state))
-            .collect();
-        table.row([
-            e.id.to_string(),
-            e.received_at.clone(),
-            e.source.clone(),
-            e.event_id.clone(),
-            e.event_type.clone().unwrap_or_else(|| "-".into()),
-            e.size.to_string(),
-            e.status.clone(),
-            deliveries.join(" "),
-        ]);
+
+    fn widen_escaped(&mut self, cells: &[String]) {
+        self.widths.resize(self.widths.len().max(cells.len()), 0);
+        for (w, c) in self.widths.iter_mut().zip(cells) {
+            *w = (*w).max(c.chars().count());
+        }
     }
-    table.write(out)?;
-    if let Some(id) = next_before {
-        // On stderr, so that the table on stdout stays only rows.
-        eprintln!("more: --before {id}");
+
+    /// Writes one row of `cells` (unescaped), each escaped and capped like a table's.
+    fn write(&mut self, out: &mut impl Write, cells: &[String]) -> std::io::Result<()> {
+        let cells: Vec<String> = cells.iter().map(|c| crate::terminal::cell(c)).collect();
+        self.widen_escaped(&cells);
+        let mut line = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            line.push_str(c);
+            if i + 1 < cells.len() {
+                // Two spaces between columns, as a table has.
+                let pad = self.widths[i] - c.chars().count() + 2;
+                line.extend(std::iter::repeat_n(' ', pad));
+            }
+        }
+        writeln!(out, "{}", line.trim_end())
     }
-    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn followed_rows_line_up_and_only_ever_widen() {
+        let row = |cells: &[&str]| cells.iter().map(|c| c.to_string()).collect::<Vec<_>>();
+        let mut rows = Rows::default();
+        let mut out = Vec::new();
+        rows.widen(&row(&["ID", "SOURCE"]));
+        rows.widen(&row(&["12", "stripe"]));
+        rows.write(&mut out, &row(&["ID", "SOURCE"])).unwrap();
+        rows.write(&mut out, &row(&["12", "stripe"])).unwrap();
+        rows.write(&mut out, &row(&["13", "sw"])).unwrap();
+        rows.write(&mut out, &row(&["1234", "evil\x1b[2J"]))
+            .unwrap();
+        rows.write(&mut out, &row(&["14", "sw"])).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "ID  SOURCE\n12  stripe\n13  sw\n1234  evil\\x1b[2J\n14    sw\n"
+        );
+    }
 }

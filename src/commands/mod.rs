@@ -9,6 +9,7 @@ pub mod dead;
 pub mod events;
 pub mod generate;
 pub mod keypair;
+pub mod pause;
 pub mod prune;
 pub mod reload;
 pub mod replay;

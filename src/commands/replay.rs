@@ -5,37 +5,29 @@
 //! The vocabulary is the listings': `replay EVENT` takes what `events` prints in its ID
 //! column (or a provider event id), `replay --delivery N` what `dead` prints in its DELIVERY
 //! column. What is (or would be) re-queued is listed by both ids, never as a bare count.
+//!
+//! Choosing the deliveries, the plan and the change itself are [`store::replay`]'s; this
+//! module turns the command line into its filter, applies it in chunks, and prints.
 
 use std::io::Write;
 use std::path::Path;
 
 use anyhow::Context as _;
-use rusqlite::{Connection, params_from_iter, types::Value};
+use rusqlite::{Connection, TransactionBehavior};
 use serde::Serialize;
 
 use crate::config::Offline;
-use crate::terminal::Table;
+use crate::store::replay::{CHUNK, Filter, Listed};
+use crate::terminal::{Progress, Table};
 use crate::{clock, store};
-
-/// A delivery under ordering that a newer (or the same) version of its key already passed:
-/// re-queued, it would only be superseded again.
-const OUTDATED: &str = "(d.order_key IS NOT NULL AND EXISTS (
-        SELECT 1 FROM order_keys k
-         WHERE k.source = d.source AND k.target = d.target AND k.order_key = d.order_key
-           AND k.last_version >= d.order_version))";
-
-/// The event of delivery `d` still has its body (retention did not prune it).
-const HAS_PAYLOAD: &str = "EXISTS (SELECT 1 FROM payloads p WHERE p.event = d.event)";
-
-/// Deliveries re-queued per transaction, so that a large replay never holds the write lock
-/// for long.
-const CHUNK: usize = 500;
 
 /// Deliveries listed in the text output; `--json` lists every one.
 const LISTED: usize = 50;
 
 #[derive(Debug, clap::Args)]
-#[command(group(clap::ArgGroup::new("what").required(true).multiple(true).args(["event", "delivery", "dead", "since"])))]
+#[command(group(clap::ArgGroup::new("what").required(true).multiple(true).args([
+    "event", "delivery", "dead", "state", "since", "event_type", "error"
+])))]
 pub struct Args {
     /// Every delivery of one event: its row id (the ID column of `events`, the EVENT column
     /// of `dead`) or the provider's event id
@@ -43,15 +35,25 @@ pub struct Args {
     /// One delivery: its row id (the DELIVERY column of `dead`); repeat for several
     #[arg(long, value_name = "N")]
     pub delivery: Vec<i64>,
-    /// Every dead delivery (narrow with --source and --target)
-    #[arg(long)]
+    /// Every dead delivery (narrow with --source and --target); the same as --state dead
+    #[arg(long, conflicts_with = "state")]
     pub dead: bool,
+    /// Every delivery in this state (narrow with the other filters)
+    #[arg(long, value_enum)]
+    pub state: Option<State>,
     /// Every delivery of events received since TIME (RFC 3339, or a duration ago like 2h)
     #[arg(long, value_name = "TIME")]
     pub since: Option<String>,
-    /// … and before TIME (with --since)
-    #[arg(long, value_name = "TIME", requires = "since")]
+    /// Only events received before TIME (same forms as --since)
+    #[arg(long, value_name = "TIME")]
     pub until: Option<String>,
+    /// Every delivery of events of this type, exactly as `events` shows it (invoice.paid)
+    #[arg(long, value_name = "TYPE")]
+    pub event_type: Option<String>,
+    /// Every delivery whose last error contains TEXT, ignoring ASCII case (as `dead` and
+    /// `show` print it: "connection refused", "status 503")
+    #[arg(long, value_name = "TEXT")]
+    pub error: Option<String>,
     /// Only this source
     #[arg(long, value_name = "NAME")]
     pub source: Option<String>,
@@ -66,6 +68,34 @@ pub struct Args {
     pub json: bool,
 }
 
+/// A delivery's state, as the inbox writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum State {
+    /// Its target gave up (`hookinbox dead`)
+    Dead,
+    /// The target took it: send it once more
+    Delivered,
+    /// Waiting for its next attempt: try it now, on a fresh schedule
+    Pending,
+    /// A version of its key at least as new was delivered: counted, and left alone while so
+    Superseded,
+    /// An attempt is running: never replayed, only counted
+    #[value(name = "in_flight")]
+    InFlight,
+}
+
+impl State {
+    fn as_str(self) -> &'static str {
+        match self {
+            State::Dead => "dead",
+            State::Delivered => "delivered",
+            State::Pending => "pending",
+            State::Superseded => "superseded",
+            State::InFlight => "in_flight",
+        }
+    }
+}
+
 #[derive(Debug, Default, Serialize)]
 struct Report {
     /// Deliveries queued again (or that would be, in a dry run).
@@ -77,22 +107,11 @@ struct Report {
     /// Matching deliveries under ordering whose key has a version at least as new
     /// delivered: sending them again would break the order.
     superseded: usize,
+    /// Of those re-queued, how many are for a paused target: they wait until it is resumed.
+    paused: usize,
     dry_run: bool,
     /// What is (or would be) re-queued.
     deliveries: Vec<Listed>,
-}
-
-/// One delivery re-queued, by every name an operator may know it by.
-#[derive(Debug, Serialize)]
-struct Listed {
-    delivery: i64,
-    /// The event's row id.
-    event: i64,
-    source: String,
-    event_id: String,
-    target: String,
-    /// Its state before the replay.
-    state: String,
 }
 
 pub fn run(
@@ -104,67 +123,41 @@ pub fn run(
     let mut conn =
         store::open_current(db).with_context(|| format!("opening the inbox {}", db.display()))?;
     known_names(&conn, config, args)?;
-    let (filter, values) = selection(&conn, args)?;
-    let count = |extra: &str| -> anyhow::Result<usize> {
-        let sql = format!(
-            "SELECT count(*) FROM deliveries d JOIN events e ON e.id = d.event WHERE {filter} AND {extra}"
-        );
-        let n: i64 = conn.query_row(&sql, params_from_iter(values.iter()), |r| r.get(0))?;
-        Ok(usize::try_from(n).unwrap_or(0))
-    };
+    let filter = filter(&conn, args)?;
+    let plan = store::replay::plan(&conn, &filter)?;
+    let paused = store::pause::all(&conn)?;
     let mut report = Report {
-        in_flight: count("d.state = 'in_flight'")?,
-        pruned: count(&format!("d.state <> 'in_flight' AND NOT {HAS_PAYLOAD}"))?,
-        superseded: count(&format!(
-            "d.state <> 'in_flight' AND {HAS_PAYLOAD} AND {OUTDATED}"
-        ))?,
+        in_flight: plan.in_flight,
+        pruned: plan.pruned,
+        superseded: plan.superseded,
+        paused: plan
+            .eligible
+            .iter()
+            .filter(|d| {
+                paused
+                    .iter()
+                    .any(|p| p.source == d.source && p.target == d.target)
+            })
+            .count(),
         dry_run: args.dry_run,
+        deliveries: plan.eligible,
         ..Report::default()
     };
-    let eligible = format!("d.state <> 'in_flight' AND {HAS_PAYLOAD} AND NOT {OUTDATED}");
-    report.deliveries = {
-        let sql = format!(
-            "SELECT d.id, d.event, d.source, e.event_id, d.target, d.state
-               FROM deliveries d JOIN events e ON e.id = d.event
-              WHERE {filter} AND {eligible} ORDER BY d.id"
-        );
-        let mut stmt = conn.prepare(&sql)?;
-        stmt.query_map(params_from_iter(values.iter()), |r| {
-            Ok(Listed {
-                delivery: r.get(0)?,
-                event: r.get(1)?,
-                source: r.get(2)?,
-                event_id: r.get(3)?,
-                target: r.get(4)?,
-                state: r.get(5)?,
-            })
-        })?
-        .collect::<rusqlite::Result<_>>()?
-    };
-    if !args.dry_run {
+    if args.dry_run {
+        report.requeued = report.deliveries.len();
+    } else {
         let now = clock::iso_now();
         let ids: Vec<i64> = report.deliveries.iter().map(|d| d.delivery).collect();
-        for chunk in ids.chunks(CHUNK) {
-            let marks = vec!["?"; chunk.len()].join(", ");
-            // A new schedule starts (schedule_base = attempts so far); the attempt numbers
-            // the target sees count on.
-            // Still eligible now, inside the write transaction (an attempt may have
-            // started since the listing): checked row by row, correlated, so the update
-            // touches only the chunk's rows rather than scanning the table.
-            let sql = format!(
-                "UPDATE deliveries AS d
-                    SET state = 'pending', next_attempt_at = ?1, schedule_base = attempts,
-                        lease_until = NULL, last_error = 'replayed by the operator', updated_at = ?1
-                  WHERE d.id IN ({marks}) AND {eligible}"
-            );
-            let mut params: Vec<Value> = vec![now.clone().into()];
-            params.extend(chunk.iter().map(|id| Value::Integer(*id)));
-            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-            report.requeued += tx.execute(&sql, params_from_iter(params.iter()))?;
+        let mut progress = Progress::new("re-queuing deliveries", Some(ids.len() as u64));
+        // One short write transaction per chunk, so that serve's writer, which waits at
+        // most 2 s for the lock, never has to wait long.
+        for (done, chunk) in ids.chunks(CHUNK).enumerate() {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            report.requeued += store::replay::requeue(&tx, chunk, &now)?;
             tx.commit()?;
+            progress.set(((done * CHUNK) + chunk.len()) as u64);
         }
-    } else {
-        report.requeued = report.deliveries.len();
+        progress.finish();
     }
     if args.json {
         crate::terminal::write_json(out, &report)?;
@@ -218,6 +211,14 @@ fn print(report: &Report, out: &mut impl Write) -> anyhow::Result<()> {
             out,
             "left {} alone: ordering is on and a version at least as new was delivered",
             report.superseded
+        )?;
+    }
+    if report.paused > 0 {
+        writeln!(
+            out,
+            "{} of them are for a paused target: they wait until it is resumed \
+             (`hookinbox resume SOURCE/TARGET`)",
+            report.paused
         )?;
     }
     if report.pruned > 0 {
@@ -301,59 +302,45 @@ fn known_names(conn: &Connection, config: Option<&Offline>, args: &Args) -> anyh
     Ok(())
 }
 
-/// The WHERE clause (over `d` and `e`) and its parameters for what the operator named.
-fn selection(conn: &Connection, args: &Args) -> anyhow::Result<(String, Vec<Value>)> {
-    let mut clauses = Vec::new();
-    let mut values: Vec<Value> = Vec::new();
-    if let Some(event) = &args.event {
-        clauses.push("d.event = ?".to_owned());
-        values.push(super::show::resolve(conn, event, args.source.as_deref())?.into());
-    }
-    if !args.delivery.is_empty() {
-        for id in &args.delivery {
-            let exists = conn
-                .query_row("SELECT 1 FROM deliveries WHERE id = ?1", [id], |_| Ok(()))
-                .is_ok();
-            if !exists {
-                return Err(super::NotFound(format!(
-                    "no delivery {id} in the inbox (the DELIVERY column of `hookinbox dead`, \
-                     or `delivery N` in `hookinbox show`)"
-                ))
-                .into());
-            }
+/// The store's filter for what the operator named: the event resolved to its row id, the
+/// deliveries checked to exist (each one missing is "not found", exit 4), times parsed.
+fn filter(conn: &Connection, args: &Args) -> anyhow::Result<Filter> {
+    let event = args
+        .event
+        .as_deref()
+        .map(|event| super::show::resolve(conn, event, args.source.as_deref()))
+        .transpose()?;
+    for id in &args.delivery {
+        let exists = conn
+            .query_row("SELECT 1 FROM deliveries WHERE id = ?1", [id], |_| Ok(()))
+            .is_ok();
+        if !exists {
+            return Err(super::NotFound(format!(
+                "no delivery {id} in the inbox (the DELIVERY column of `hookinbox dead`, \
+                 or `delivery N` in `hookinbox show`)"
+            ))
+            .into());
         }
-        clauses.push(format!(
-            "d.id IN ({})",
-            vec!["?"; args.delivery.len()].join(", ")
-        ));
-        values.extend(args.delivery.iter().map(|id| Value::Integer(*id)));
     }
-    if args.dead {
-        clauses.push("d.state = 'dead'".to_owned());
-    }
-    if let Some(since) = &args.since {
-        clauses.push("e.received_at >= ?".to_owned());
-        values.push(
-            clock::parse_time_arg(since)
-                .map_err(anyhow::Error::msg)?
-                .into(),
-        );
-    }
-    if let Some(until) = &args.until {
-        clauses.push("e.received_at < ?".to_owned());
-        values.push(
-            clock::parse_time_arg(until)
-                .map_err(anyhow::Error::msg)?
-                .into(),
-        );
-    }
-    if let Some(source) = &args.source {
-        clauses.push("d.source = ?".to_owned());
-        values.push(source.clone().into());
-    }
-    if let Some(target) = &args.target {
-        clauses.push("d.target = ?".to_owned());
-        values.push(target.clone().into());
-    }
-    Ok((clauses.join(" AND "), values))
+    let time = |t: &Option<String>| {
+        t.as_deref()
+            .map(clock::parse_time_arg)
+            .transpose()
+            .map_err(anyhow::Error::msg)
+    };
+    let state = match (args.dead, args.state) {
+        (true, _) => Some("dead".to_owned()),
+        (false, state) => state.map(|s| s.as_str().to_owned()),
+    };
+    Ok(Filter {
+        event,
+        deliveries: args.delivery.clone(),
+        source: args.source.clone(),
+        target: args.target.clone(),
+        state,
+        since: time(&args.since)?,
+        until: time(&args.until)?,
+        event_type: args.event_type.clone(),
+        error: args.error.clone(),
+    })
 }

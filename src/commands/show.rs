@@ -86,6 +86,10 @@ pub(crate) struct Delivery {
     pub(crate) idempotency_key: String,
     pub(crate) created_at: String,
     pub(crate) updated_at: String,
+    /// While its target is paused (`hookinbox pause`): since when, and by whom; null when
+    /// it is not.
+    pub(crate) paused_since: Option<String>,
+    pub(crate) paused_by: Option<String>,
     /// Every attempt, oldest first (`attempts` is their count, kept in the delivery row).
     pub(crate) history: Vec<Attempt>,
 }
@@ -198,7 +202,7 @@ pub fn resolve(conn: &Connection, id: &str, source: Option<&str>) -> anyhow::Res
     }
 }
 
-/// Reads the event, its deliveries and their attempts. Three short queries, not one
+/// Reads the event, its deliveries, the paused targets and the attempts. Short queries, not one
 /// transaction (reads never hold one open): an attempt that lands between them can show in
 /// a delivery's history before its `attempts` count; the next `show` agrees again.
 pub(crate) fn load(conn: &Connection, id: i64) -> anyhow::Result<Shown> {
@@ -263,10 +267,22 @@ pub(crate) fn load(conn: &Connection, id: i64) -> anyhow::Result<Shown> {
                 idempotency_key: r.get(7)?,
                 created_at: r.get(8)?,
                 updated_at: r.get(9)?,
+                paused_since: None,
+                paused_by: None,
                 history: Vec::new(),
             })
         })?
         .collect::<rusqlite::Result<_>>()?;
+    let paused = store::pause::all(conn)?;
+    for d in &mut shown.deliveries {
+        if let Some(p) = paused
+            .iter()
+            .find(|p| p.source == shown.source && p.target == d.target)
+        {
+            d.paused_since = Some(p.paused_at.clone());
+            d.paused_by = Some(p.paused_by.clone());
+        }
+    }
 
     let mut stmt = conn.prepare(
         "SELECT a.delivery, a.number, a.started_at, a.outcome, a.status, a.duration_ms,
@@ -404,6 +420,14 @@ fn print(s: &Shown, with_body: bool, out: &mut impl Write) -> std::io::Result<()
             escape(&d.target),
             escape(&d.state)
         )?;
+        if let (Some(since), Some(by)) = (&d.paused_since, &d.paused_by) {
+            field(
+                out,
+                "  ",
+                "target",
+                format_args!("paused since {} by {}", escape(since), escape(by)),
+            )?;
+        }
         field(out, "  ", "attempts", d.attempts)?;
         field(out, "  ", "next attempt at", escape(&d.next_attempt_at))?;
         field(out, "  ", "lease until", or_dash(&d.lease_until))?;
@@ -462,6 +486,8 @@ mod tests {
                 idempotency_key: "k".into(),
                 created_at: "2026-11-30T07:31:02.123Z".into(),
                 updated_at: "2026-11-30T07:31:02.123Z".into(),
+                paused_since: Some("2026-11-30T07:40:00.000Z".into()),
+                paused_by: Some("eve\x1b[2J".into()),
                 history: vec![Attempt {
                     number: 1,
                     started_at: "2026-11-30T07:31:02.200Z".into(),
@@ -490,6 +516,10 @@ mod tests {
         }
         assert!(
             t.contains(r"\x1b[2Jwipe") && t.contains(r"evt\u{202e}1"),
+            "{t}"
+        );
+        assert!(
+            t.contains(r"  target           paused since 2026-11-30T07:40:00.000Z by eve\x1b[2J"),
             "{t}"
         );
         // The body keeps its lines, indented; the invalid byte is announced.

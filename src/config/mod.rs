@@ -189,6 +189,8 @@ pub struct Target {
     pub retry: Vec<Duration>,
     /// Attempts in flight at once for this target.
     pub concurrency: usize,
+    /// How fast attempts may start (`rate = "50/s"`); None: as fast as `concurrency` allows.
+    pub rate: Option<Rate>,
     /// How long a claimed delivery stays claimed; after that the sweeper returns it to the
     /// queue (a crash mid-attempt). Always longer than `timeout`.
     pub lease: Duration,
@@ -219,6 +221,81 @@ pub const LEASE_MARGIN: Duration = Duration::from_secs(30);
 /// second for its output, and its result then queues in the writer's FIFO ahead of any sweep
 /// that could hand the delivery to a second attempt.
 pub const MIN_LEASE_MARGIN: Duration = Duration::from_secs(5);
+
+/// A target's rate limit: at most `count` attempts start per `per` (a second, a minute or
+/// an hour), as `rate = "50/s"` writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rate {
+    pub count: u32,
+    pub per: Duration,
+}
+
+/// The largest count a rate may give, whatever its unit: beyond it the limit would mean
+/// nothing next to `concurrency`, and the spacing (a microsecond) would be below what the
+/// timers keep.
+pub const MAX_RATE_COUNT: u32 = 1_000_000;
+
+/// How much of a rate may start at once: what it allows in this long, and at least one
+/// attempt. So `50/s` starts up to 5 together and `600/m` one every 100 ms, and after an
+/// outage the backlog drains at the rate rather than in a burst of a minute's or an
+/// hour's worth; in any second at most a tenth more than the rate starts. Not smaller,
+/// because every claim is a commit of its own: at high rates a claim takes a few.
+pub const RATE_BURST_WINDOW: Duration = Duration::from_millis(100);
+
+impl Rate {
+    /// The time one attempt uses up: `per / count`, rounded up to the nanosecond, so that
+    /// rounding never makes the rate faster than written.
+    pub fn interval(&self) -> Duration {
+        let nanos = self.per.as_nanos().div_ceil(u128::from(self.count.max(1)));
+        Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    }
+
+    /// How many attempts may start at once (see [`RATE_BURST_WINDOW`]).
+    pub fn burst(&self) -> u32 {
+        let window = u128::from(self.count) * RATE_BURST_WINDOW.as_nanos();
+        let burst = window.div_ceil(self.per.as_nanos().max(1));
+        u32::try_from(burst)
+            .unwrap_or(u32::MAX)
+            .clamp(1, self.count.max(1))
+    }
+}
+
+impl std::fmt::Display for Rate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let unit = match self.per.as_secs() {
+            1 => "s",
+            60 => "m",
+            _ => "h",
+        };
+        write!(f, "{}/{unit}", self.count)
+    }
+}
+
+/// A rate as written in a target's `rate`: `N/s`, `N/m` or `N/h`, N a whole number from 1
+/// to [`MAX_RATE_COUNT`].
+pub fn parse_rate(text: &str) -> Result<Rate, String> {
+    let bad = || {
+        format!(
+            "{text:?} is not a rate: write N/s, N/m or N/h, N a whole number from 1 to \
+             {MAX_RATE_COUNT}, like \"50/s\" or \"600/m\""
+        )
+    };
+    let (count, unit) = text.trim().split_once('/').ok_or_else(bad)?;
+    let per = match unit {
+        "s" => Duration::from_secs(1),
+        "m" => Duration::from_secs(60),
+        "h" => Duration::from_secs(3600),
+        _ => return Err(bad()),
+    };
+    // Digits only: `parse` alone would take "+5".
+    if count.is_empty() || !count.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    match count.parse::<u32>() {
+        Ok(count) if (1..=MAX_RATE_COUNT).contains(&count) => Ok(Rate { count, per }),
+        _ => Err(bad()),
+    }
+}
 
 /// Per-source ordering: events with the same key are delivered one at a time, in version
 /// order; an event not newer than the last delivered version of its key is superseded.
@@ -680,6 +757,60 @@ url = "http://127.0.0.1:3000/hooks"
             err(&MINIMAL.replace("path = \"inbox.db\"", "path = \"\""))
                 .contains("store.path is empty")
         );
+    }
+
+    #[test]
+    fn a_rate_is_n_per_second_minute_or_hour() {
+        let rate = |text: &str| parse_rate(text).map(|r| (r.count, r.per.as_secs()));
+        assert_eq!(rate("50/s"), Ok((50, 1)));
+        assert_eq!(rate(" 600/m "), Ok((600, 60)));
+        assert_eq!(rate("1/h"), Ok((1, 3600)));
+        for bad in [
+            "",
+            "50",
+            "50/d",
+            "0/s",
+            "-1/s",
+            "+5/s",
+            "1.5/s",
+            "50 /s",
+            "2000000/s",
+        ] {
+            assert!(parse_rate(bad).is_err(), "{bad:?}");
+        }
+        let r = parse_rate("50/s").unwrap();
+        assert_eq!((r.interval(), r.burst()), (Duration::from_millis(20), 5));
+        assert_eq!(r.to_string(), "50/s");
+        // Rounded up: never faster than written.
+        assert_eq!(
+            parse_rate("3/s").unwrap().interval().as_nanos(),
+            333_333_334
+        );
+        let slow = parse_rate("600/m").unwrap();
+        assert_eq!(
+            (slow.interval(), slow.burst()),
+            (Duration::from_millis(100), 1)
+        );
+        assert_eq!(parse_rate("1/h").unwrap().burst(), 1);
+
+        let e = err(&MINIMAL.replace(
+            "url = \"http://127.0.0.1:3000/hooks\"",
+            "url = \"http://127.0.0.1:3000/hooks\"\nrate = \"fast\"",
+        ));
+        assert!(
+            e.contains("targets[0]") && e.contains(".rate") && e.contains("N/s, N/m or N/h"),
+            "{e}"
+        );
+        let c = load(&MINIMAL.replace(
+            "url = \"http://127.0.0.1:3000/hooks\"",
+            "url = \"http://127.0.0.1:3000/hooks\"\nrate = \"2/s\"",
+        ))
+        .unwrap();
+        assert_eq!(
+            c.sources[0].targets[0].rate.map(|r| r.to_string()),
+            Some("2/s".into())
+        );
+        assert_eq!(load(MINIMAL).unwrap().sources[0].targets[0].rate, None);
     }
 
     #[test]

@@ -160,6 +160,10 @@ pub(super) struct RawTarget {
     pub(super) retry: Option<Vec<Duration>>,
     #[serde(default = "default_target_concurrency")]
     pub(super) concurrency: usize,
+    /// `"50/s"`, `"600/m"`, `"100/h"`; parsed by `parse_rate` during validation, so that
+    /// the error names the key.
+    #[serde(default)]
+    pub(super) rate: Option<String>,
     #[serde(default)]
     pub(super) sign_secret: Option<String>,
     #[serde(default, deserialize_with = "de_opt_duration")]

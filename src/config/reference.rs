@@ -451,6 +451,14 @@ const TARGET_KEYS: &[Key] = &[
                       timeout + 5s, at most 2h.",
     },
     Key {
+        name: "rate",
+        form: "N/s, N/m or N/h",
+        if_absent: IfAbsent::Off,
+        meaning: "Attempts start no faster than this (a tenth of a second's worth may start \
+                  together, at least one), beside concurrency: a backlog after an outage \
+                  does not flatten the app. N from 1 to 1000000.",
+    },
+    Key {
         name: "alert_failure_share",
         form: "number above 0, at most 1",
         if_absent: IfAbsent::Default("0.5"),

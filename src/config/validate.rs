@@ -324,6 +324,12 @@ fn validate_target(rt: RawTarget, at: &str, paths: &Paths) -> Result<Target, Str
             rt.timeout
         ));
     }
+    let rate = rt
+        .rate
+        .as_deref()
+        .map(parse_rate)
+        .transpose()
+        .map_err(|e| format!("{at}.rate {e}"))?;
     let retry = rt.retry.unwrap_or_else(|| DEFAULT_RETRY.to_vec());
     if retry.iter().any(|d| *d > MAX_RETRY_DELAY) {
         return Err(format!("{at}.retry: each wait must be at most 7d"));
@@ -363,6 +369,7 @@ fn validate_target(rt: RawTarget, at: &str, paths: &Paths) -> Result<Target, Str
         timeout: rt.timeout,
         retry,
         concurrency: rt.concurrency,
+        rate,
         lease,
         sign_secret,
         alert_failure_share: rt.alert_failure_share,

@@ -7,11 +7,14 @@
 //!
 //! One task per target claims due deliveries (up to its concurrency) and runs each attempt
 //! in a task of its own; one failing target never holds back another, because each has its
-//! own rows, claims and tasks. A sweeper returns expired leases to the queue.
+//! own rows, claims and tasks. A sweeper returns expired leases to the queue. A paused
+//! target's loop claims nothing (the claim itself skips it, see `store::pause`) and idles
+//! until it sees the target resumed.
 
 pub mod backoff;
 pub mod command;
 pub mod http;
+pub mod pace;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,11 +25,13 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::clock;
-use crate::config::{Source, Target, TargetKind};
+use crate::config::{Rate, Source, Target, TargetKind};
 use crate::metrics::{AttemptLabels, Metrics, TargetLabels};
+use crate::store::pause::{self, Paused};
 use crate::store::queue::{self, ClaimRequest, Claimed, EventData, Finished, Next};
 use crate::store::read;
 use crate::store::writer::Writer;
+use pace::Pace;
 
 /// How long a target's task sleeps at most before looking for due work again, when nothing
 /// woke it (a retry coming due is found by its time; this catches the rest).
@@ -128,6 +133,8 @@ struct TargetRun {
     timeout: Duration,
     retry: Vec<Duration>,
     concurrency: usize,
+    /// How fast attempts may start, if limited.
+    rate: Option<Rate>,
     lease: Duration,
     /// Whether the source orders its events.
     ordered: bool,
@@ -158,6 +165,7 @@ impl TargetRun {
             timeout: t.timeout,
             retry: t.retry.clone(),
             concurrency: t.concurrency,
+            rate: t.rate,
             lease: t.lease,
             ordered,
             sender,
@@ -450,9 +458,9 @@ async fn sweeper(
     }
 }
 
-/// One target's loop: claim what is due (up to the free concurrency), start an attempt
-/// task per claim, sleep until something is due, a new event is committed or an attempt
-/// ends.
+/// One target's loop: claim what is due (up to the free concurrency, and what its rate
+/// allows now), start an attempt task per claim, sleep until something is due, the rate
+/// allows more, a new event is committed or an attempt ends.
 async fn run_target(
     t: Arc<TargetRun>,
     shared: Shared,
@@ -462,6 +470,11 @@ async fn run_target(
 ) {
     let mut inflight = JoinSet::new();
     let mut last_claim = Instant::now();
+    // The pause last seen, to log when it begins and ends. A paused target's loop keeps
+    // turning (nothing is due, so it sleeps the idle poll or until a commit wakes it): that
+    // is how it notices a resume written by another process, within a second.
+    let mut paused: Option<Paused> = None;
+    let mut pace = t.rate.as_ref().map(|r| Pace::new(r, Instant::now()));
     while stop.borrow().is_none() {
         beat.store(unix_millis(), Ordering::Relaxed);
         while inflight.try_join_next().is_some() {}
@@ -475,12 +488,31 @@ async fn run_target(
             || last_claim.elapsed() >= CLAIM_BATCH_WAIT;
         if free > 0 && batch_ready {
             last_claim = Instant::now();
-            let mut due = next_due(&shared.readers, &t).await;
-            if due.is_some_and(|at| at <= SystemTime::now()) {
+            let mut due = match look(&shared.readers, &t).await {
+                Some(look) => {
+                    note_pause(&t, &mut paused, look.paused);
+                    look.due
+                }
+                None => None,
+            };
+            // With a rate, only what may start now is claimed: a claimed delivery's lease
+            // runs from the claim, so it must not wait for the rate in flight.
+            let allowed = pace
+                .as_ref()
+                .map_or(free, |p| p.available(Instant::now()).min(free));
+            let due_now = due.is_some_and(|at| at <= SystemTime::now());
+            if due_now && allowed == 0 {
+                // Due, but the rate allows none yet: sleep until it allows one.
+                due = None;
+                wait = pace
+                    .as_ref()
+                    .map_or(IDLE_POLL, |p| p.wait(Instant::now()))
+                    .min(IDLE_POLL);
+            } else if due_now {
                 let request = ClaimRequest {
                     source: t.source.clone(),
                     target: t.name.clone(),
-                    limit: free,
+                    limit: allowed,
                     lease: t.lease,
                     max_attempts: t.max_attempts(),
                     ordered: t.ordered,
@@ -489,7 +521,10 @@ async fn run_target(
                     // Claimed, then forgotten as a crash would: the leases bring them back.
                     Ok(_) if crate::failpoint::error("deliver.after_claim") => due = None,
                     Ok(claims) => {
-                        let all = claims.len() == free;
+                        if let Some(p) = &mut pace {
+                            p.take(claims.len(), Instant::now());
+                        }
+                        let all = claims.len() == allowed;
                         // One read for the whole claim, not one per attempt.
                         let ids: Vec<i64> = claims.iter().map(|c| c.event).collect();
                         let mut events = load_events(&shared.readers, ids).await;
@@ -501,10 +536,11 @@ async fn run_target(
                             inflight.spawn(attempt(t.clone(), c, event, shared.clone()));
                         }
                         if all {
-                            // There may be more due: look again at once.
+                            // There may be more due: look again at once (if the rate
+                            // stopped this claim, the next turn sleeps until it allows more).
                             continue;
                         }
-                        due = next_due(&shared.readers, &t).await;
+                        due = look(&shared.readers, &t).await.and_then(|l| l.due);
                     }
                     Err(e) => {
                         tracing::warn!(source = %t.source, target = %t.name, error = %e, "claiming deliveries failed");
@@ -550,23 +586,53 @@ async fn run_target(
     inflight.abort_all();
 }
 
-/// When the target's next pending delivery is due, read from the inbox.
-async fn next_due(readers: &read::Pool, t: &TargetRun) -> Option<SystemTime> {
+/// What a target's loop reads before it claims.
+struct Look {
+    /// The pause holding the target back, if it is paused.
+    paused: Option<Paused>,
+    /// When its next claimable delivery is due; never while paused.
+    due: Option<SystemTime>,
+}
+
+/// Reads whether the target is paused and when its next pending delivery is due; None when
+/// the inbox could not be read (logged).
+async fn look(readers: &read::Pool, t: &TargetRun) -> Option<Look> {
     let (pool, source, target) = (readers.clone(), t.source.clone(), t.name.clone());
-    let due = tokio::task::spawn_blocking(move || {
+    let read = tokio::task::spawn_blocking(move || {
         let conn = pool.get().map_err(|e| e.to_string())?;
-        queue::next_due(&conn, &source, &target).map_err(|e| e.to_string())
+        let paused = pause::all(&conn)
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .find(|p| p.source == source && p.target == target);
+        let due = queue::next_due(&conn, &source, &target).map_err(|e| e.to_string())?;
+        Ok::<_, String>((paused, due))
     })
     .await;
-    match due {
-        Ok(Ok(Some(text))) => humantime::parse_rfc3339(&text).ok(),
-        Ok(Ok(None)) => None,
+    match read {
+        Ok(Ok((paused, due))) => Some(Look {
+            paused,
+            due: due.and_then(|text| humantime::parse_rfc3339(&text).ok()),
+        }),
         Ok(Err(e)) => {
             tracing::warn!(source = %t.source, target = %t.name, error = %e, "reading the delivery queue");
             None
         }
         Err(_) => None,
     }
+}
+
+/// Logs a pause beginning (or found at start-up) and ending, once each.
+fn note_pause(t: &TargetRun, last: &mut Option<Paused>, now: Option<Paused>) {
+    match (last.is_some(), &now) {
+        (false, Some(p)) => tracing::info!(source = %t.source, target = %t.name,
+            paused_at = %p.paused_at, paused_by = ?p.paused_by,
+            "target is paused: its deliveries stay pending until `hookinbox resume {}/{}`",
+            t.source, t.name),
+        (true, None) => tracing::info!(source = %t.source, target = %t.name,
+            "target resumed: its pending deliveries go out in their order"),
+        _ => {}
+    }
+    *last = now;
 }
 
 async fn load_events(

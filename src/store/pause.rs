@@ -10,7 +10,8 @@
 //!
 //! `serve` writes here through [`super::writer::Writer::job`]; the CLI in its own short
 //! `BEGIN IMMEDIATE` transaction, next to a running serve. Reads need no more than a
-//! read-only connection.
+//! read-only connection. A target's loop sees a change within its idle poll (a second);
+//! inside `serve`, `Writer::commits().all()` after the job wakes every loop at once.
 
 use rusqlite::{Connection, params};
 

@@ -6,7 +6,8 @@
 //! → `delivered` | `pending` again (a retry) | `dead`; with ordering, `pending` →
 //! `superseded` when a newer version of its key was already delivered. The attempt number
 //! is counted at claim, so an attempt cut short by a crash still counts, and a delivery
-//! that crashes the process every time still reaches `dead`.
+//! that crashes the process every time still reaches `dead`. A paused target's deliveries
+//! (`paused_targets`, see [`super::pause`]) stay `pending` and are neither claimed nor due.
 
 use std::time::{Duration, SystemTime};
 
@@ -25,6 +26,13 @@ const CLAIMABLE: &str = "(d.order_key IS NULL OR NOT EXISTS (
                 OR (o.state = 'pending'
                     AND (o.order_version < d.order_version
                          OR (o.order_version = d.order_version AND o.id < d.id))))))";
+
+/// The target (`?1`, `?2` in the statements using it) is not paused. Part of the claim's
+/// own statement, so a pause committed before the claim always holds (see
+/// [`super::pause`]). Written over the parameters rather than the row, so that SQLite
+/// evaluates it once per statement, not once per candidate.
+const NOT_PAUSED: &str =
+    "NOT EXISTS (SELECT 1 FROM paused_targets p WHERE p.source = ?1 AND p.target = ?2)";
 
 /// Versions compare only within one kind, numbers with numbers and text with text: a
 /// version of the other kind is never taken as older.
@@ -136,7 +144,7 @@ pub fn claim(conn: &Connection, req: &ClaimRequest, now: &str) -> rusqlite::Resu
               WHERE id IN (
                     SELECT d.id FROM deliveries d
                      WHERE d.source = ?1 AND d.target = ?2 AND d.state = 'pending'
-                       AND d.next_attempt_at <= ?3 AND {CLAIMABLE}
+                       AND d.next_attempt_at <= ?3 AND {CLAIMABLE} AND {NOT_PAUSED}
                      ORDER BY d.next_attempt_at, d.id
                      LIMIT ?5)
              RETURNING id, event, attempts, schedule_base, idempotency_key"
@@ -275,13 +283,15 @@ pub fn sweep(conn: &Connection, now: &str) -> rusqlite::Result<usize> {
 
 /// When the next claimable delivery of a target is due (inbox text), if any. Deliveries
 /// held back by an earlier version of their key do not count: they become claimable when
-/// that one finishes, which wakes the target's loop.
+/// that one finishes, which wakes the target's loop. Nothing is due while the target is
+/// paused.
 pub fn next_due(conn: &Connection, source: &str, target: &str) -> rusqlite::Result<Option<String>> {
     conn.prepare_cached(&format!(
         // ORDER BY … LIMIT 1 rather than min(): the index is walked in due order and stops at
         // the first claimable row, instead of testing every pending row.
         "SELECT d.next_attempt_at FROM deliveries d
           WHERE d.source = ?1 AND d.target = ?2 AND d.state = 'pending' AND {CLAIMABLE}
+            AND {NOT_PAUSED}
           ORDER BY d.next_attempt_at LIMIT 1"
     ))?
     .query_row([source, target], |r| r.get(0))

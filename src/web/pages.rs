@@ -96,10 +96,6 @@ impl Filters {
         .filter_map(|(k, v)| v.clone().map(|v| (k, v)))
         .collect()
     }
-
-    fn is_empty(&self) -> bool {
-        self.query().is_empty()
-    }
 }
 
 fn encode(pairs: &[(&str, String)]) -> String {

@@ -40,6 +40,8 @@
 //!   within a bound) and memory (bodies in flight stay within the budget).
 //! - `cli`: the binary's `check` and its error messages; the man page, with the
 //!   configuration reference as `man` shows it.
+//! - `steer`: pausing a target (held across a restart, released in order), bulk replay by
+//!   filters, a target's rate limit at a real sink, and `events --follow` through a pipe.
 //! - `inspect`: `events`, `show`, `conflicts` and `dead` on a real inbox: filters, pages,
 //!   exact bodies, exit codes, and provider strings escaped before a terminal.
 //! - `providers`: every source of docs/providers.md, loaded from the document, over HTTP:
@@ -85,6 +87,7 @@ mod schemes;
 mod sink;
 #[cfg(feature = "sns-test-host")]
 mod sns;
+mod steer;
 mod store_failure;
 mod support;
 mod web;
