@@ -288,6 +288,8 @@ pub async fn run(
     let mut rejections: VecDeque<(Instant, HashMap<String, u64>)> = VecDeque::new();
     // Notifications not yet committed (the inbox refused a write): tried again next time.
     let mut unsent: Vec<(Condition, &'static str, String)> = Vec::new();
+    // The counters at start: rejections from now on count, whenever the first turn comes.
+    rejections.push_back((Instant::now(), rejection_counts(&metrics, &board.rules())));
     let pool = readers.clone();
     match tokio::task::spawn_blocking(move || {
         let conn = pool.get().map_err(|e| e.to_string())?;
@@ -323,8 +325,8 @@ pub async fn run(
             .map(|(_, c)| c.clone())
             .unwrap_or_default();
         rejections.push_back((now, counts.clone()));
-        // A source without an earlier sample (the first turn, a source added by a reload)
-        // counts from now: its counter's past is not news.
+        // A source without an earlier sample (one a reload added) counts from now: its
+        // counter's past is not news.
         let was_on = board.active();
         let rising: Vec<(String, u64)> = counts
             .iter()
