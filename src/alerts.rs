@@ -45,17 +45,6 @@ pub const NEWS_FOR: Duration = Duration::from_secs(3600);
 const JUDGE_MAX: Duration = Duration::from_secs(15);
 const JUDGE_MIN: Duration = Duration::from_secs(1);
 
-/// The rejection reasons that are failed authentication (signature, timestamp, token).
-const AUTH_REASONS: [&str; 7] = [
-    "missing_header",
-    "malformed_header",
-    "no_match",
-    "timestamp_too_old",
-    "timestamp_too_new",
-    "bad_token",
-    "not_armed",
-];
-
 /// What kind of trouble a condition is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -448,7 +437,7 @@ fn rejection_counts(metrics: &Metrics, rules: &Rules) -> HashMap<String, u64> {
         .sources
         .iter()
         .map(|(source, _)| {
-            let n = AUTH_REASONS
+            let n = crate::scheme::Reject::AUTH_REASONS
                 .iter()
                 .map(|reason| {
                     metrics

@@ -44,6 +44,15 @@ async fn wait_for_notice(sink: &Sink, alert: &str, state: &str, source: &str) ->
     );
 }
 
+/// Sends one signed event to `sw`; it is stored.
+async fn send(server: &TestServer, id: &str) {
+    let body = event_body(id, "");
+    assert_eq!(
+        server.post("sw", &server.sign("sw", id, &body)).await.0,
+        200
+    );
+}
+
 fn alerts_table(url: &str) -> String {
     format!(
         r#"
@@ -90,14 +99,7 @@ expect_every = "2s"
     );
 
     // An event ends the silence.
-    let body = event_body("evt_1", "");
-    assert_eq!(
-        server
-            .post("sw", &server.sign("sw", "evt_1", &body))
-            .await
-            .0,
-        200
-    );
+    send(&server, "evt_1").await;
     wait_for_notice(&sink, "source_silent", "ended", "sw").await;
     // Each notice is an inbox event of the internal source, delivered under its own key.
     let keys: Vec<String> = notices(&sink).into_iter().map(|(_, k)| k).collect();
@@ -164,14 +166,7 @@ async fn failing_targets_dead_deliveries_rejections_and_conflicts_are_announced(
     wait_for_notice(&alerts, "rejections_rising", "started", "sw").await;
     wait_for_notice(&alerts, "new_conflicts", "started", "sw").await;
     // Nothing of this makes the public side refuse webhooks.
-    let body = event_body("evt_after", "");
-    assert_eq!(
-        server
-            .post("sw", &server.sign("sw", "evt_after", &body))
-            .await
-            .0,
-        200
-    );
+    send(&server, "evt_after").await;
     let ready = server
         .client
         .get(format!("{}/readyz", server.admin))
@@ -215,14 +210,7 @@ retry = ["3s", "3s", "3s", "3s", "3s"]
     let server =
         TestServer::start_at(tempfile::tempdir().unwrap(), db.clone(), SERVER, &sources).await;
     // An event, then silence: the silence starts 2 s after the event, whoever judges it.
-    let body = event_body("evt_1", "");
-    assert_eq!(
-        server
-            .post("sw", &server.sign("sw", "evt_1", &body))
-            .await
-            .0,
-        200
-    );
+    send(&server, "evt_1").await;
     wait_for_notice(&alerts, "source_silent", "started", "sw").await;
     assert_eq!(
         server.count(

@@ -103,6 +103,21 @@ async fn screenshot(c: &Client, name: &str) {
     }
 }
 
+/// The text of the first element `css` finds.
+async fn text_of(c: &Client, css: &str) -> String {
+    c.find(Locator::Css(css))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// Clicks the element `what` finds.
+async fn click(c: &Client, what: Locator<'_>) {
+    c.find(what).await.unwrap().click().await.unwrap();
+}
+
 /// Clicks the button whose text contains `button`, waits for the page it leads to (its
 /// `h1` contains `heading`), and returns that page's main text.
 async fn press(c: &Client, button: &str, heading: &str) -> String {
@@ -118,12 +133,7 @@ async fn press(c: &Client, button: &str, heading: &str) -> String {
         .for_element(Locator::XPath(&format!("//h1[contains(., '{heading}')]")))
         .await
         .unwrap();
-    c.find(Locator::Css("main"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
+    text_of(c, "main").await
 }
 
 /// Nothing a provider sent ran: no script element in the document and the title as the
@@ -209,13 +219,7 @@ async fn a_browser_filters_opens_an_event_sees_its_body_and_replays_it() {
     // The overview: every source and target, and nothing the provider sent ran.
     c.goto(&format!("{}/", server.admin)).await.unwrap();
     assert_eq!(c.title().await.unwrap(), "Overview · hookinbox");
-    let overview = c
-        .find(Locator::Css("main"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let overview = text_of(c, "main").await;
     assert!(overview.contains("sw/app"), "{overview}");
     assert!(overview.contains("other"), "{overview}");
     assert_no_script_ran(c, "overview").await;
@@ -247,27 +251,10 @@ async fn a_browser_filters_opens_an_event_sees_its_body_and_replays_it() {
     c.goto(&format!("{}/events?source=sw", server.admin))
         .await
         .unwrap();
-    c.find(Locator::LinkText("evt_hostile"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    let h1 = c
-        .find(Locator::Css("h1"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    click(c, Locator::LinkText("evt_hostile")).await;
+    let h1 = text_of(c, "h1").await;
     assert!(h1.starts_with("Event "), "{h1}");
-    let body = c
-        .find(Locator::Css("pre.body"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let body = text_of(c, "pre.body").await;
     assert!(
         body.contains("<script>document.title='pwned'</script>"),
         "the body is shown as text: {body}"
@@ -276,13 +263,7 @@ async fn a_browser_filters_opens_an_event_sees_its_body_and_replays_it() {
         body.contains("\"type\": \"invoice.paid\""),
         "laid out: {body}"
     );
-    let headers = c
-        .find(Locator::Css("table.headers"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let headers = text_of(c, "table.headers").await;
     assert!(headers.contains(HOSTILE_HEADER), "{headers}");
     assert_no_script_ran(c, "event").await;
     screenshot(c, "event").await;
@@ -325,13 +306,7 @@ async fn a_browser_filters_opens_an_event_sees_its_body_and_replays_it() {
         1
     );
     c.goto(&format!("{}/", server.admin)).await.unwrap();
-    let overview = c
-        .find(Locator::Css("main"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let overview = text_of(c, "main").await;
     assert!(overview.contains("paused"), "{overview}");
     press(c, "Resume", "resumed").await;
     assert_eq!(server.count("SELECT count(*) FROM paused_targets"), 0);
@@ -340,12 +315,7 @@ async fn a_browser_filters_opens_an_event_sees_its_body_and_replays_it() {
     c.goto(&format!("{}/conflicts", server.admin))
         .await
         .unwrap();
-    c.find(Locator::LinkText("evt_hostile"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(c, Locator::LinkText("evt_hostile")).await;
     let sides = c.find_all(Locator::Css("section.side")).await.unwrap();
     assert_eq!(sides.len(), 2);
     assert!(sides[0].text().await.unwrap().contains("pwned"));
@@ -399,13 +369,7 @@ async fn read_only_by_default_and_forged_posts_are_refused() {
             .unwrap()
             .is_empty()
     );
-    let header = c
-        .find(Locator::Css("header"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let header = text_of(c, "header").await;
     assert!(header.contains("Read-only"), "{header}");
     assert_no_script_ran(c, "event").await;
 
@@ -424,13 +388,7 @@ async fn read_only_by_default_and_forged_posts_are_refused() {
         .for_element(Locator::XPath("//h1[.='Not done']"))
         .await
         .unwrap();
-    let refused = c
-        .find(Locator::Css("main"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let refused = text_of(c, "main").await;
     assert!(refused.contains("read-only"), "{refused}");
     assert_eq!(server.count("SELECT count(*) FROM paused_targets"), 0);
     c.clone().close().await.unwrap();
