@@ -8,6 +8,7 @@
 //! checked with `PRAGMA integrity_check` before it is called a backup.
 
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -59,10 +60,22 @@ pub fn run(db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
     // directory (fsynced below) is never empty.
     let dest = &std::path::absolute(&args.file)
         .with_context(|| format!("resolving {}", args.file.display()))?;
-    // Created here, exclusively: the backup API would overwrite whatever it finds.
+    // A journal or WAL left beside the name (a backup killed part way) would be read into
+    // the new copy as if it were its own.
+    for leftover in companions(dest) {
+        if leftover.exists() {
+            bail!(
+                "{} exists, left by an earlier copy; remove it or name another file",
+                leftover.display()
+            );
+        }
+    }
+    // Created here, exclusively (the backup API would overwrite whatever it finds), and
+    // readable by its owner only: it holds every stored payload.
     match std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
+        .mode(0o600)
         .open(dest)
     {
         Ok(_) => {}
@@ -82,11 +95,13 @@ pub fn run(db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
     if let Some(p) = progress {
         p.finish();
     }
-    let (pages, events) = match copied {
+    let (_, events) = match copied {
         Ok(counts) => counts,
         Err(e) => {
             // A partial copy is not a backup.
-            let _ = std::fs::remove_file(dest);
+            for file in std::iter::once(dest.clone()).chain(companions(dest)) {
+                let _ = std::fs::remove_file(file);
+            }
             return Err(e.context(format!("writing the copy to {}", dest.display())));
         }
     };
@@ -102,6 +117,8 @@ pub fn run(db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
     // A connection of its own, so that the check reads the file, not pages still cached.
     let copy = store::read::open(dest)?;
     let verdict: String = copy.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
+    // The compacted copy's, not the inbox's.
+    let pages: i64 = copy.query_row("PRAGMA page_count", [], |r| r.get(0))?;
     let written = Written {
         inbox: db.display().to_string(),
         path: dest.display().to_string(),
@@ -137,6 +154,18 @@ pub fn run(db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
 /// Copies the inbox at `db` into the empty file `dest`, `pages_per_step` pages at a time,
 /// calling `on_step(pages done, pages in all)` after each step; returns the pages and the
 /// events copied.
+/// The files SQLite may keep beside a database: its rollback journal, WAL and shared memory.
+fn companions(dest: &Path) -> Vec<std::path::PathBuf> {
+    ["-journal", "-wal", "-shm"]
+        .iter()
+        .map(|suffix| {
+            let mut name = dest.as_os_str().to_owned();
+            name.push(suffix);
+            name.into()
+        })
+        .collect()
+}
+
 fn copy(
     db: &Path,
     dest: &Path,
@@ -180,6 +209,12 @@ fn copy(
     if mode != "delete" {
         bail!("the copy stayed in journal mode {mode}");
     }
+    // Page for page, the copy has the inbox's free pages too, and in them bytes of the
+    // payloads retention dropped: rebuilt, it holds only what is live, compacted. This
+    // works on the copy alone; serve never waits for it.
+    target
+        .execute_batch("VACUUM")
+        .context("compacting the copy")?;
     target
         .close()
         .map_err(|(_, e)| e)

@@ -329,6 +329,11 @@ fn follow(conn: &Connection, db: &Path, args: &Args, out: &mut impl Write) -> an
                 () = tokio::time::sleep(FOLLOW_POLL) => {}
             }
             let newest = newest_id(conn, db)?;
+            // Retention deleted every event since the last look (row ids are reused once
+            // the newest row is gone): count on from what is there now.
+            if newest < seen {
+                seen = newest;
+            }
             // A burst is read in pages, each a short statement.
             while seen < newest {
                 let (mut sql, mut params) = filtered(args);

@@ -147,14 +147,30 @@ pub fn run(
         report.requeued = report.deliveries.len();
     } else {
         let now = clock::iso_now();
-        let ids: Vec<i64> = report.deliveries.iter().map(|d| d.delivery).collect();
-        let mut progress = Progress::new("re-queuing deliveries", Some(ids.len() as u64));
+        let mut progress = Progress::new(
+            "re-queuing deliveries",
+            Some(report.deliveries.len() as u64),
+        );
         // One short write transaction per chunk, so that serve's writer, which waits at
         // most 2 s for the lock, never has to wait long.
-        for (done, chunk) in ids.chunks(CHUNK).enumerate() {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            report.requeued += store::replay::requeue(&tx, chunk, &now)?;
-            tx.commit()?;
+        for (done, chunk) in report.deliveries.chunks(CHUNK).enumerate() {
+            let step = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .and_then(|tx| {
+                    let n = store::replay::requeue(&tx, chunk, &now)?;
+                    tx.commit().map(|()| n)
+                });
+            match step {
+                Ok(n) => report.requeued += n,
+                Err(e) => {
+                    progress.finish();
+                    // The chunks before are committed: say so, not only that it failed.
+                    return Err(anyhow::Error::from(e).context(format!(
+                        "re-queued {} deliveries, then could not go on",
+                        report.requeued
+                    )));
+                }
+            }
             progress.set(((done * CHUNK) + chunk.len()) as u64);
         }
         progress.finish();

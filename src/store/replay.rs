@@ -68,7 +68,17 @@ impl Filter {
             || self.state.is_some()
             || self.since.is_some()
             || self.event_type.is_some()
-            || self.error.is_some()
+            || self.error().is_some()
+    }
+
+    /// The error text, when it is text: an empty one would match every error (SQLite's
+    /// `instr(x, '')` is 1), which is no choice at all.
+    fn error(&self) -> Option<String> {
+        self.error
+            .as_deref()
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(str::to_owned)
     }
 
     /// The WHERE clause over `d` (deliveries) and `e` (events) and its parameters. Only
@@ -90,7 +100,7 @@ impl Filter {
         text("e.event_type = ?", &self.event_type);
         // instr rather than LIKE: the operator's text may hold % or _, which LIKE would
         // take as wildcards.
-        text("instr(lower(d.last_error), lower(?)) > 0", &self.error);
+        text("instr(lower(d.last_error), lower(?)) > 0", &self.error());
         if let Some(event) = self.event {
             clauses.push("d.event = ?".to_owned());
             values.push(Value::Integer(event));
@@ -186,14 +196,16 @@ pub fn plan(conn: &Connection, f: &Filter) -> rusqlite::Result<Plan> {
     })
 }
 
-/// Queues these deliveries again, due now, under their keys; returns how many it changed.
-/// One chunk (at most [`CHUNK`] ids): the caller owns the transaction. Each is checked
-/// again here, since an attempt may have started, or retention run, after the plan.
-pub fn requeue(conn: &Connection, ids: &[i64], now: &str) -> rusqlite::Result<usize> {
-    if ids.is_empty() {
+/// Queues these planned deliveries again, due now, under their keys; returns how many it
+/// changed. One chunk (at most [`CHUNK`]): the caller owns the transaction. Each is checked
+/// again here, since an attempt may have started, or retention run, after the plan; and
+/// only while it is still in the state it was planned in, so that one delivered meanwhile
+/// (chosen as `pending`, or by its last error) is not sent again.
+pub fn requeue(conn: &Connection, planned: &[Listed], now: &str) -> rusqlite::Result<usize> {
+    if planned.is_empty() {
         return Ok(0);
     }
-    let marks = vec!["?"; ids.len()].join(", ");
+    let marks = vec!["(?, ?)"; planned.len()].join(", ");
     // A new schedule starts (schedule_base = attempts so far); the attempt numbers the
     // target sees count on. Eligibility is checked row by row, correlated, so the update
     // touches only the chunk's rows rather than scanning the table.
@@ -201,11 +213,14 @@ pub fn requeue(conn: &Connection, ids: &[i64], now: &str) -> rusqlite::Result<us
         "UPDATE deliveries AS d
             SET state = 'pending', next_attempt_at = ?1, schedule_base = attempts,
                 lease_until = NULL, last_error = 'replayed by the operator', updated_at = ?1
-          WHERE d.id IN ({marks}) AND {}",
+          WHERE (d.id, d.state) IN (VALUES {marks}) AND {}",
         eligible()
     );
     let mut params: Vec<Value> = vec![Value::Text(now.to_owned())];
-    params.extend(ids.iter().map(|id| Value::Integer(*id)));
+    for d in planned {
+        params.push(Value::Integer(d.delivery));
+        params.push(Value::Text(d.state.clone()));
+    }
     conn.execute(&sql, params_from_iter(params.iter()))
 }
 

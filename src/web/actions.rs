@@ -147,14 +147,14 @@ impl Page<'_> {
         if form.get("confirm").is_none() {
             return self.preview(form, &plan);
         }
-        let ids: Vec<i64> = plan.eligible.iter().map(|d| d.delivery).collect();
-        let planned = ids.len();
+        let planned = plan.eligible.len();
+        let eligible = plan.eligible;
         let writer = self.web.writer.clone();
         // In a task of its own, logged there: a browser that goes away mid-replay drops
         // this handler, and the replay must still finish and reach the log.
         let done = tokio::spawn(async move {
             let mut requeued = 0;
-            for chunk in ids.chunks(store::replay::CHUNK) {
+            for chunk in eligible.chunks(store::replay::CHUNK) {
                 let chunk = chunk.to_vec();
                 match writer
                     .job(move |conn, now| store::replay::requeue(conn, &chunk, now))
