@@ -270,3 +270,8 @@ CREATE TABLE paused_targets (
     paused_by TEXT NOT NULL,                  -- who paused it: a user name, or what did it
     PRIMARY KEY (source, target)
 );
+
+-- Dead deliveries by when they died: the `dead` listing (newest first, a page at a time)
+-- and the alert on deliveries that died in the last hour read this instead of every dead
+-- row. Partial, so that only a delivery dying (or being replayed) touches it.
+CREATE INDEX deliveries_dead ON deliveries (updated_at) WHERE state = 'dead';

@@ -604,7 +604,8 @@ fn judge(
         });
     }
     let mut stmt = conn.prepare_cached(
-        "SELECT source, target, count(*), min(updated_at) FROM deliveries
+        "SELECT source, target, count(*), min(updated_at)
+           FROM deliveries INDEXED BY deliveries_dead
           WHERE state = 'dead' AND updated_at >= ?1 AND source <> ?2
           GROUP BY 1, 2 ORDER BY 1, 2",
     )?;

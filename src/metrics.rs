@@ -371,7 +371,7 @@ impl Metrics {
     /// The alert-state gauges of sources and targets no longer configured are removed, so
     /// that no alert outlives its source; their counters stay, frozen, as Prometheus expects
     /// of a counter.
-    pub fn configure(&self, sources: &[std::sync::Arc<Source>]) {
+    pub fn configure(&self, sources: &[std::sync::Arc<Source>], alerts: &[crate::config::Target]) {
         let configured = Configured {
             sources: sources
                 .iter()
@@ -387,6 +387,11 @@ impl Metrics {
                         target: t.name.clone(),
                     })
                 })
+                // The `[[alerts]]` targets are targets of the internal alerts source.
+                .chain(alerts.iter().map(|t| TargetLabels {
+                    source: crate::alerts::SOURCE.to_owned(),
+                    target: t.name.clone(),
+                }))
                 .collect(),
         };
         let mut last = self

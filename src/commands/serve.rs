@@ -212,7 +212,7 @@ impl Running {
             .context("retiring the deliveries of removed targets")?;
 
         // First, so that the new sources' series are there before their first request.
-        self.metrics.configure(&sources);
+        self.metrics.configure(&sources, &config.alerts);
         deliverer.switch(planned);
         self.receiver
             .reload(&sources, config.server.trusted_proxies.clone());
@@ -220,7 +220,7 @@ impl Running {
             acceptor.swap(tls_config);
         }
         self.retention.replace(&sources);
-        self.web.reload(&sources);
+        self.web.reload(&sources, &config.alerts);
         self.board.configure(&sources, &config.alerts);
         let targets: usize = sources.iter().map(|s| s.targets.len()).sum();
         let mut applied = format!("{} sources with {targets} targets", sources.len());
@@ -311,7 +311,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let readers = store::read::pool(&store_path);
     let restart_only = config.restart_only();
     let sources: Vec<Arc<Source>> = config.sources.into_iter().map(Arc::new).collect();
-    metrics.configure(&sources);
+    metrics.configure(&sources, &config.alerts);
     retire_unknown_targets(&writer, &sources, &config.alerts).await?;
     let deliverer = Deliverer::start(
         &sources,
@@ -360,6 +360,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         writer.clone(),
         &config.admin,
         &sources,
+        &config.alerts,
         board.clone(),
     ));
     let admin_handler = Arc::new(Admin {

@@ -24,9 +24,12 @@ pub const CHUNK: usize = 500;
 
 /// A delivery under ordering that a newer (or the same) version of its key already passed:
 /// re-queued, it would only be superseded again.
+/// Versions compare only within one kind, as the queue compares them (`queue::SAME_KIND`).
 const OUTDATED: &str = "(d.order_key IS NOT NULL AND EXISTS (
         SELECT 1 FROM order_keys k
          WHERE k.source = d.source AND k.target = d.target AND k.order_key = d.order_key
+           AND ((typeof(k.last_version) IN ('integer', 'real'))
+                = (typeof(d.order_version) IN ('integer', 'real')))
            AND k.last_version >= d.order_version))";
 
 /// The event of delivery `d` still has its body (retention did not prune it).

@@ -53,6 +53,8 @@ const FORM_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone, Default)]
 pub struct Configured {
     pub sources: Vec<ConfiguredSource>,
+    /// The `[[alerts]]` targets' names.
+    pub alerts: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -63,7 +65,7 @@ pub struct ConfiguredSource {
 }
 
 impl Configured {
-    pub fn new(sources: &[Arc<Source>]) -> Configured {
+    pub fn new(sources: &[Arc<Source>], alerts: &[config::Target]) -> Configured {
         Configured {
             sources: sources
                 .iter()
@@ -73,13 +75,21 @@ impl Configured {
                     targets: s.targets.iter().map(|t| t.name.clone()).collect(),
                 })
                 .collect(),
+            alerts: alerts.iter().map(|t| t.name.clone()).collect(),
         }
     }
 
+    /// Every (source, target) pair, the alert targets' (under [`crate::alerts::SOURCE`])
+    /// last: they are delivered, watched and paused like any other.
     pub fn pairs(&self) -> Vec<(String, String)> {
         self.sources
             .iter()
             .flat_map(|s| s.targets.iter().map(|t| (s.name.clone(), t.clone())))
+            .chain(
+                self.alerts
+                    .iter()
+                    .map(|t| (crate::alerts::SOURCE.to_owned(), t.clone())),
+            )
             .collect()
     }
 
@@ -88,9 +98,7 @@ impl Configured {
     }
 
     pub fn has_target(&self, source: &str, target: &str) -> bool {
-        self.sources
-            .iter()
-            .any(|s| s.name == source && s.targets.iter().any(|t| t == target))
+        self.pairs().iter().any(|(s, t)| s == source && t == target)
     }
 }
 
@@ -114,6 +122,7 @@ impl Web {
         writer: Writer,
         admin: &config::Admin,
         sources: &[Arc<Source>],
+        alerts: &[config::Target],
         board: Arc<Board>,
     ) -> Web {
         let mut token = [0u8; 32];
@@ -125,17 +134,18 @@ impl Web {
             actions: admin.actions,
             hosts: admin.hosts.clone(),
             csrf: crate::secret::Secret::new(hex::encode(token)),
-            configured: RwLock::new(Arc::new(Configured::new(sources))),
+            configured: RwLock::new(Arc::new(Configured::new(sources, alerts))),
             board,
         }
     }
 
     /// The sources and targets of a reloaded configuration.
-    pub fn reload(&self, sources: &[Arc<Source>]) {
+    pub fn reload(&self, sources: &[Arc<Source>], alerts: &[config::Target]) {
         *self
             .configured
             .write()
-            .expect("no panics while holding the lock") = Arc::new(Configured::new(sources));
+            .expect("no panics while holding the lock") =
+            Arc::new(Configured::new(sources, alerts));
     }
 
     /// The token as the forms carry it.

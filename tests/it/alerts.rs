@@ -98,6 +98,25 @@ expect_every = "2s"
         "{page}"
     );
 
+    // The alert target is a target like any other: on the overview, with its series.
+    let overview = server
+        .client
+        .get(format!("{}/", server.admin))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(overview.contains("hookinbox.alerts/ops"), "{overview}");
+    let metrics = server.metrics().await;
+    assert!(
+        metrics.contains(
+            "hookinbox_attempts_total{source=\"hookinbox.alerts\",target=\"ops\",result=\"delivered\"}"
+        ),
+        "{metrics}"
+    );
+
     // An event ends the silence.
     send(&server, "evt_1").await;
     wait_for_notice(&sink, "source_silent", "ended", "sw").await;
