@@ -84,30 +84,14 @@ expect_every = "2s"
         "{started}"
     );
     // The web inbox shows it on every page while it lasts.
-    let page = server
-        .client
-        .get(format!("{}/events", server.admin))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = server.admin_page("/events").await;
     assert!(
         page.contains("role=\"alert\"><strong>source_silent · sw</strong>"),
         "{page}"
     );
 
     // The alert target is a target like any other: on the overview, with its series.
-    let overview = server
-        .client
-        .get(format!("{}/", server.admin))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let overview = server.admin_page("/").await;
     assert!(overview.contains("hookinbox.alerts/ops"), "{overview}");
     let metrics = server.metrics().await;
     assert!(

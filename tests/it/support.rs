@@ -271,8 +271,13 @@ impl TestServer {
     }
 
     pub async fn metrics(&self) -> String {
+        self.admin_page("/metrics").await
+    }
+
+    /// The text the admin listener answers at `path` (a web inbox page, `/metrics`).
+    pub async fn admin_page(&self, path: &str) -> String {
         self.client
-            .get(format!("{}/metrics", self.admin))
+            .get(format!("{}{path}", self.admin))
             .send()
             .await
             .unwrap()
