@@ -275,3 +275,69 @@ CREATE TABLE paused_targets (
 -- and the alert on deliveries that died in the last hour read this instead of every dead
 -- row. Partial, so that only a delivery dying (or being replayed) touches it.
 CREATE INDEX deliveries_dead ON deliveries (updated_at) WHERE state = 'dead';
+
+-- migrate: 5
+
+-- When each source was receiving, so that hookinbox knows its own gaps (`hookinbox gaps`)
+-- and can ask the providers that keep a delivery log for what it missed (`hookinbox
+-- recover`). One row per configured source, written by `serve`: at start, every heartbeat
+-- (a few seconds apart) and at a clean stop.
+CREATE TABLE receiving (
+    source          TEXT PRIMARY KEY,
+    started_at      TEXT NOT NULL,            -- when this serve started receiving
+    heartbeat_at    TEXT NOT NULL,            -- the last time serve was seen receiving
+    stopped_at      TEXT,                     -- a clean stop; NULL while serving, or after a crash
+    rejecting_since TEXT,                     -- the first of a run of refused requests (401, 503)
+                                              -- with no accepted one since
+    rejecting_last  TEXT,                     -- the last of that run
+    rejected        INTEGER NOT NULL DEFAULT 0,-- requests refused in that run
+    rejected_by     TEXT                      -- how they were answered: "401:10,503:2"
+);
+
+-- Windows in which a source was not receiving: serve was down (found at the next start), or
+-- refused every request the source sent (a wrong or rotated secret, a failing disk).
+CREATE TABLE gaps (
+    id           INTEGER PRIMARY KEY,
+    source       TEXT NOT NULL,
+    kind         TEXT NOT NULL CHECK (kind IN ('down', 'rejecting')),
+    started_at   TEXT NOT NULL,
+    ended_at     TEXT NOT NULL,
+    detail       TEXT NOT NULL,               -- why, in words
+    recovered_at TEXT,                        -- when a recovery covered the window
+    recovery     TEXT                         -- what that recovery did, in words
+);
+CREATE INDEX gaps_started ON gaps (started_at);
+
+-- Redeliveries hookinbox asked a provider for (GitHub), so that a second recovery does not
+-- ask again while the first one's redelivery is on its way.
+CREATE TABLE recovery_requests (
+    source       TEXT NOT NULL,
+    account      TEXT NOT NULL,
+    event_id     TEXT NOT NULL,
+    requested_at TEXT NOT NULL,               -- the last time it was asked for
+    asked        INTEGER NOT NULL DEFAULT 1,  -- how often
+    PRIMARY KEY (source, account, event_id)
+);
+
+-- How an event reached the inbox: 'webhook' (signed, through /hooks/<source>) or 'api'
+-- (fetched by `recover` from the provider's API over TLS with the operator's key).
+ALTER TABLE events ADD COLUMN origin TEXT NOT NULL DEFAULT 'webhook'
+    CHECK (origin IN ('webhook', 'api'));
+
+DROP VIEW recent_events;
+CREATE VIEW recent_events AS
+SELECT e.id, e.received_at, e.source, e.account, e.event_id, e.event_type, e.size,
+       CASE
+           WHEN NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event = e.id) THEN 'stored'
+           WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event = e.id
+                        AND d.state IN ('pending', 'in_flight')) THEN 'pending'
+           WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event = e.id
+                        AND d.state = 'dead') THEN 'dead'
+           ELSE 'delivered'
+       END AS status,
+       (SELECT group_concat(d.target || '=' || d.state, ' ')
+          FROM deliveries d WHERE d.event = e.id) AS deliveries,
+       e.pruned_at IS NOT NULL AS pruned,
+       e.origin
+  FROM events e
+ ORDER BY e.id DESC;

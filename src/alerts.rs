@@ -677,6 +677,8 @@ fn notice(
         event_id,
         order: None,
         remote_addr: "hookinbox".into(),
+        origin: store::ingest::Origin::Webhook,
+        bookkeeping: &[],
         memory: None,
     }
 }

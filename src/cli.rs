@@ -140,6 +140,19 @@ pub enum Command {
         hookinbox dead --source stripe --target app\n  \
         hookinbox replay --delivery 57          # one of them again, by its DELIVERY id")]
     Dead(commands::dead::Args),
+    /// List the windows in which a source was not receiving: serve down (found at its next
+    /// start), or refusing every request the source sent (401, 503); and what recovery did
+    #[command(after_help = "Examples:\n  \
+        hookinbox gaps                          # the last 30 days\n  \
+        hookinbox gaps --source github --since 7d --json")]
+    Gaps(commands::gaps::Args),
+    /// Ask a source's provider for what it sent in a window and fill what the inbox lacks:
+    /// GitHub redelivers it (signed, to the running serve), Stripe's events are stored with
+    /// origin api. Prints the plan first; running it twice asks for nothing more
+    #[command(after_help = "Examples:\n  \
+        hookinbox recover --source github --since 6h --dry-run\n  \
+        hookinbox recover --source stripe --since 2026-11-30T07:00:00Z --until 2026-11-30T09:00:00Z")]
+    Recover(commands::recover::Args),
     /// Open a source's window for a handshake that hands over its secret (Asana): the first
     /// one within it is trusted and stored, any other refused
     #[command(after_help = "Examples:\n  \
@@ -200,10 +213,15 @@ pub fn run(cli: Cli) -> Exit {
             args,
             &mut std::io::stdout().lock(),
         ),
-        Command::Serve | Command::Check(_) | Command::Sign(_) => {
+        Command::Serve | Command::Check(_) | Command::Sign(_) | Command::Recover(_) => {
             let purpose = match &cli.command {
                 Command::Check(_) => config::Purpose::Check,
-                Command::Sign(args) => config::Purpose::Sign(&args.source),
+                // Only the named source's secrets: its API key is one of them, and the
+                // others may be systemd credentials this shell cannot read.
+                Command::Sign(commands::sign::Args { source, .. })
+                | Command::Recover(commands::recover::Args { source, .. }) => {
+                    config::Purpose::Sign(source)
+                }
                 _ => config::Purpose::Serve,
             };
             let config = match config::load_for(&path, purpose) {
@@ -221,7 +239,7 @@ pub fn run(cli: Cli) -> Exit {
                     return Exit::Config;
                 }
             };
-            with_config(config, cli.command)
+            with_config(config, cli.db.clone(), cli.command)
         }
         _ => {
             // The operator commands read the config without its secrets, or need none.
@@ -271,9 +289,18 @@ pub fn run(cli: Cli) -> Exit {
     }
 }
 
-fn with_config(config: config::Config, command: Command) -> anyhow::Result<()> {
+fn with_config(
+    config: config::Config,
+    db: Option<PathBuf>,
+    command: Command,
+) -> anyhow::Result<()> {
     let out = &mut std::io::stdout().lock();
     match command {
+        Command::Recover(args) => {
+            // --db names the inbox as for the other operator commands.
+            let db = db.unwrap_or_else(|| config.store.path.clone());
+            commands::recover::run(&config, &db, &args, out)
+        }
         Command::Check(args) => commands::check::run(&config, &args, out),
         Command::Sign(args) => commands::sign::run(&config, &args, out),
         Command::Serve => {
@@ -343,7 +370,9 @@ fn offline_command(
         }
         Command::Conflicts(args) => commands::conflicts::run(db, args, out),
         Command::Dead(args) => commands::dead::run(db, args, out),
+        Command::Gaps(args) => commands::gaps::run(db, args, out),
         Command::Serve
+        | Command::Recover(_)
         | Command::Check(_)
         | Command::Sign(_)
         | Command::Generate { .. }

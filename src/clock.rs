@@ -63,6 +63,11 @@ pub fn iso_now() -> String {
     iso(SystemTime::now())
 }
 
+/// Unix seconds of an inbox time (or any RFC 3339 time); None for text that is not one.
+pub fn unix_from_iso(text: &str) -> Option<i64> {
+    humantime::parse_rfc3339_weak(text).ok().map(unix)
+}
+
 /// A time given on the command line: an RFC 3339 time (`2026-11-30T07:00:00Z`) or a
 /// duration ago (`2h`, `30m`, `7d`). Returns the inbox's text form.
 pub fn parse_time_arg(text: &str) -> Result<String, String> {

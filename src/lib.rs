@@ -13,6 +13,8 @@
 //!   targets, replay plans.
 //! - [`receive`]: the public listener: limits, routing, verification, answers.
 //! - [`deliver`]: the worker that forwards stored events to their targets, with retries.
+//! - [`recover`]: knowing the gaps (heartbeats, runs of refused requests) and filling them
+//!   from the providers' APIs (GitHub redeliveries, Stripe's events).
 //! - [`admin`]: the local admin listener: metrics and health.
 //! - [`oracle`]: the crash and load tests' checker (what was acknowledged vs the inbox).
 //! - [`proxy`]: believing `X-Forwarded-For` only from configured proxies.
@@ -35,6 +37,7 @@ pub mod metrics;
 pub mod oracle;
 pub mod proxy;
 pub mod receive;
+pub mod recover;
 pub mod scheme;
 pub mod secret;
 pub mod store;

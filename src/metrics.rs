@@ -97,6 +97,8 @@ pub type FloatGauge = Gauge<f64, AtomicU64>;
 struct Configured {
     sources: BTreeSet<SourceLabels>,
     targets: BTreeSet<TargetLabels>,
+    /// Sources with `recover`, and their provider.
+    recovering: BTreeSet<(String, &'static str)>,
 }
 
 pub struct Metrics {
@@ -141,7 +143,48 @@ pub struct Metrics {
     pub alerts_active: Gauge,
     /// Unix seconds of each source's last accepted event; 0 until its first.
     pub source_last_event_timestamp_seconds: Family<SourceLabels, FloatGauge>,
+    /// Windows in which a source was not receiving, by kind (`down`, `rejecting`).
+    pub gaps: Family<GapLabels, Counter>,
+    /// Events recovered from a provider's API: redeliveries asked for, events stored.
+    pub recovered_events: Family<RecoveredLabels, Counter>,
+    /// Recoveries (or parts of them: one redelivery) that failed.
+    pub recovery_errors: Family<ProviderLabels, Counter>,
+    /// Calls to providers' APIs, by result (`ok`, `rate_limited`, `error`).
+    pub recovery_api_requests: Family<ApiLabels, Counter>,
     configured: Mutex<Configured>,
+}
+
+/// The kinds of `hookinbox_gaps_total`.
+pub const GAP_KINDS: [&str; 2] = ["down", "rejecting"];
+/// How an event was recovered (`hookinbox_recovered_events_total`).
+pub const RECOVERED_HOW: [&str; 2] = ["redelivery_requested", "stored"];
+/// The results of `hookinbox_recovery_api_requests_total`.
+pub const API_RESULTS: [&str; 3] = ["ok", "rate_limited", "error"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GapLabels {
+    pub source: String,
+    pub kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RecoveredLabels {
+    pub source: String,
+    pub provider: &'static str,
+    pub how: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct ProviderLabels {
+    pub source: String,
+    pub provider: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApiLabels {
+    pub source: String,
+    pub provider: &'static str,
+    pub result: &'static str,
 }
 
 impl Metrics {
@@ -308,8 +351,39 @@ impl Metrics {
              since start",
             source_last_event_timestamp_seconds.clone(),
         );
+        let gaps = Family::<GapLabels, Counter>::default();
+        registry.register(
+            "gaps",
+            "Windows in which a source was not receiving: serve down (counted at the next \
+             start) or refusing every request (401, 503)",
+            gaps.clone(),
+        );
+        let recovered_events = Family::<RecoveredLabels, Counter>::default();
+        registry.register(
+            "recovered_events",
+            "Events recovered from a provider's API: redeliveries asked for (GitHub), events \
+             fetched and stored (Stripe)",
+            recovered_events.clone(),
+        );
+        let recovery_errors = Family::<ProviderLabels, Counter>::default();
+        registry.register(
+            "recovery_errors",
+            "Recoveries that failed (the API refused, or could not be reached), and \
+             redeliveries that could not be asked for",
+            recovery_errors.clone(),
+        );
+        let recovery_api_requests = Family::<ApiLabels, Counter>::default();
+        registry.register(
+            "recovery_api_requests",
+            "Calls to providers' APIs by recovery, by result",
+            recovery_api_requests.clone(),
+        );
         root.register_collector(Box::new(process::Collector));
         Metrics {
+            gaps,
+            recovered_events,
+            recovery_errors,
+            recovery_api_requests,
             registry: root,
             source_silent,
             source_rejections_rising,
@@ -393,6 +467,13 @@ impl Metrics {
                     target: t.name.clone(),
                 }))
                 .collect(),
+            recovering: sources
+                .iter()
+                .filter_map(|s| {
+                    let r = s.recover.as_ref()?;
+                    Some((s.name.clone(), r.api.provider()))
+                })
+                .collect(),
         };
         let mut last = self
             .configured
@@ -402,6 +483,12 @@ impl Metrics {
             self.source_silent.remove(gone);
             self.source_rejections_rising.remove(gone);
             self.source_last_event_timestamp_seconds.remove(gone);
+            for kind in GAP_KINDS {
+                self.gaps.remove(&GapLabels {
+                    source: gone.source.clone(),
+                    kind,
+                });
+            }
         }
         for gone in last.targets.difference(&configured.targets) {
             self.target_failing.remove(gone);
@@ -430,6 +517,44 @@ impl Metrics {
             ensure(&self.source_silent, labels);
             ensure(&self.source_rejections_rising, labels);
             ensure(&self.source_last_event_timestamp_seconds, labels);
+            for kind in GAP_KINDS {
+                ensure(
+                    &self.gaps,
+                    &GapLabels {
+                        source: source.clone(),
+                        kind,
+                    },
+                );
+            }
+        }
+        for (source, provider) in &configured.recovering {
+            for how in RECOVERED_HOW {
+                ensure(
+                    &self.recovered_events,
+                    &RecoveredLabels {
+                        source: source.clone(),
+                        provider,
+                        how,
+                    },
+                );
+            }
+            ensure(
+                &self.recovery_errors,
+                &ProviderLabels {
+                    source: source.clone(),
+                    provider,
+                },
+            );
+            for result in API_RESULTS {
+                ensure(
+                    &self.recovery_api_requests,
+                    &ApiLabels {
+                        source: source.clone(),
+                        provider,
+                        result,
+                    },
+                );
+            }
         }
         for labels in &configured.targets {
             for result in ATTEMPT_RESULTS {

@@ -110,6 +110,8 @@ struct Event {
     size: i64,
     status: String,
     pruned: bool,
+    /// `webhook`, or `api` (fetched by `recover` from the provider's API).
+    origin: String,
     deliveries: Vec<Delivery>,
 }
 
@@ -126,7 +128,7 @@ struct Delivery {
 /// [`filtered`].
 const SELECT: &str = "
 SELECT v.id, v.received_at, v.source, v.account, v.event_id, v.event_type, v.size,
-       v.status, v.pruned,
+       v.status, v.pruned, v.origin,
        (SELECT json_group_array(json_object('target', d.target, 'state', d.state,
                                             'attempts', d.attempts))
           FROM (SELECT target, state, attempts FROM deliveries
@@ -182,10 +184,11 @@ pub fn run(db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
 }
 
 /// The table's columns.
-const HEADERS: [&str; 8] = [
+const HEADERS: [&str; 9] = [
     "id",
     "received",
     "source",
+    "origin",
     "event id",
     "type",
     "size",
@@ -194,7 +197,7 @@ const HEADERS: [&str; 8] = [
 ];
 
 /// One event's row, unescaped (the table and [`Rows`] escape every cell).
-fn cells(e: &Event) -> [String; 8] {
+fn cells(e: &Event) -> [String; 9] {
     let deliveries: Vec<String> = e
         .deliveries
         .iter()
@@ -204,6 +207,7 @@ fn cells(e: &Event) -> [String; 8] {
         e.id.to_string(),
         e.received_at.clone(),
         e.source.clone(),
+        e.origin.clone(),
         e.event_id.clone(),
         e.event_type.clone().unwrap_or_else(|| "-".into()),
         e.size.to_string(),
@@ -262,9 +266,10 @@ fn read(conn: &Connection, db: &Path, sql: &str, params: Vec<Value>) -> anyhow::
                         size: r.get(6)?,
                         status: r.get(7)?,
                         pruned: r.get(8)?,
+                        origin: r.get(9)?,
                         deliveries: Vec::new(),
                     },
-                    r.get::<_, Option<String>>(9)?,
+                    r.get::<_, Option<String>>(10)?,
                 ))
             })?
             .collect::<rusqlite::Result<Vec<_>>>()

@@ -129,6 +129,8 @@ pub struct Running {
     retention: retention::Settings,
     web: Arc<crate::web::Web>,
     board: Arc<crate::alerts::Board>,
+    /// The sources, for the heartbeat and recovery.
+    sources: watch::Sender<Vec<Arc<Source>>>,
     tls: Option<tls::Acceptor>,
     /// What a reload cannot change without a restart.
     restart_only: config::RestartOnly,
@@ -222,6 +224,7 @@ impl Running {
         self.retention.replace(&sources);
         self.web.reload(&sources, &config.alerts);
         self.board.configure(&sources, &config.alerts);
+        let _ = self.sources.send(sources.clone());
         let targets: usize = sources.iter().map(|s| s.targets.len()).sum();
         let mut applied = format!("{} sources with {targets} targets", sources.len());
         if !needs_restart.is_empty() {
@@ -334,6 +337,41 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         retention_stopped.clone(),
     ));
     let budget = Arc::new(BodyBudget::new(config.server.body_budget));
+    // What each source missed since it was last seen receiving (a stop, a crash), recorded
+    // before the first request is taken.
+    let names: Vec<String> = sources.iter().map(|s| s.name.clone()).collect();
+    let gaps_at_start = writer
+        .job(move |conn, now| store::gaps::start(conn, &names, now))
+        .await
+        .context("recording when each source was last receiving")?;
+    for gap in &gaps_at_start {
+        tracing::warn!(
+            source = gap.source,
+            from = gap.started_at,
+            until = gap.ended_at,
+            detail = gap.detail,
+            "the source was not receiving: a gap"
+        );
+    }
+    let watch = Arc::new(crate::recover::watch::Watch::default());
+    let (sources_tx, sources_rx) = watch::channel(sources.clone());
+    let (gap_tx, gap_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (heartbeat_stop, heartbeat_stopped) = watch::channel(false);
+    let heartbeat_task = tokio::spawn(crate::recover::watch::heartbeat(
+        writer.clone(),
+        watch.clone(),
+        sources_rx.clone(),
+        gap_tx,
+        heartbeat_stopped,
+    ));
+    let recover_task = tokio::spawn(crate::recover::serve::run(
+        sources_rx,
+        writer.clone(),
+        metrics.clone(),
+        gaps_at_start,
+        gap_rx,
+        retention_stopped.clone(),
+    ));
     let learnt = writer
         .job(|conn, _| store::learnt::all(conn))
         .await
@@ -345,7 +383,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         metrics.clone(),
         budget.clone(),
         learnt,
-        crate::receive::fetch::Fetcher::default(),
+        watch,
     ));
     let board = Arc::new(crate::alerts::Board::new(&sources, &config.alerts));
     let alerts_task = tokio::spawn(crate::alerts::run(
@@ -397,6 +435,12 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
             }
         };
         let ((), _, _, _) = tokio::join!(drain, public_task, retention_task, alerts_task);
+        // Recovery may be waiting out a provider's rate limit: it is idempotent, so it
+        // stops where it is. The heartbeat writes the clean stop: no request is taken now.
+        recover_task.abort();
+        let _ = recover_task.await;
+        let _ = heartbeat_stop.send(true);
+        let _ = heartbeat_task.await;
         let _ = admin_stop.send(());
         let _ = admin_task.await;
         // Every Writer handle is gone with the listeners' handlers and the worker: the
@@ -425,6 +469,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         retention,
         web,
         board,
+        sources: sources_tx,
         tls,
         restart_only,
         stop,

@@ -59,6 +59,8 @@ pub(crate) struct Shown {
     pub(crate) sha256: String,
     pub(crate) received_at: String,
     pub(crate) provider_time: Option<String>,
+    /// `webhook` (signed, received) or `api` (fetched by `recover` from the provider's API).
+    pub(crate) origin: String,
     /// True once retention dropped the body and headers.
     pub(crate) pruned: bool,
     pub(crate) pruned_at: Option<String>,
@@ -208,7 +210,7 @@ pub fn resolve(conn: &Connection, id: &str, source: Option<&str>) -> anyhow::Res
 pub(crate) fn load(conn: &Connection, id: i64) -> anyhow::Result<Shown> {
     let mut shown = conn.query_row(
         "SELECT e.id, e.source, e.account, e.event_id, e.event_type, e.size, e.sha256,
-                e.received_at, e.provider_time, e.pruned_at, p.headers, p.body
+                e.received_at, e.provider_time, e.pruned_at, p.headers, p.body, e.origin
            FROM events e LEFT JOIN payloads p ON p.event = e.id WHERE e.id = ?1",
         [id],
         |r| {
@@ -226,6 +228,7 @@ pub(crate) fn load(conn: &Connection, id: i64) -> anyhow::Result<Shown> {
                 sha256: r.get(6)?,
                 received_at: r.get(7)?,
                 provider_time: r.get(8)?,
+                origin: r.get(12)?,
                 pruned: raw_body.is_none(),
                 pruned_at: r.get(9)?,
                 // Written by hookinbox as JSON; anything else is shown as the text it is.
@@ -358,6 +361,11 @@ fn print(s: &Shown, with_body: bool, out: &mut impl Write) -> std::io::Result<()
     field(out, "  ", "size", format_args!("{} bytes", s.size))?;
     field(out, "  ", "sha256", escape(&s.sha256))?;
     field(out, "  ", "received at", escape(&s.received_at))?;
+    let origin = match s.origin.as_str() {
+        "api" => "api (fetched from the provider's API by recover, not signed)",
+        _ => "webhook (signed)",
+    };
+    field(out, "  ", "origin", origin)?;
     field(out, "  ", "provider time", or_dash(&s.provider_time))?;
     match (&s.pruned_at, s.pruned) {
         (_, false) => field(out, "  ", "payload", "stored")?,
@@ -470,6 +478,7 @@ mod tests {
             sha256: "ab".into(),
             received_at: "2026-11-30T07:31:02.123Z".into(),
             provider_time: None,
+            origin: "webhook".into(),
             pruned: body.is_none(),
             pruned_at: body.is_none().then(|| "2026-12-30T00:00:00.000Z".into()),
             headers: Some(serde_json::json!([["x-note", "a\u{1b}]0;title\u{7}"]])),

@@ -177,6 +177,65 @@ pub struct Source {
     pub order: Option<Order>,
     /// Where each secret came from, for `check`'s warnings.
     pub secret_origins: Vec<Origin>,
+    /// The provider API that fills this source's gaps (`hookinbox recover`).
+    pub recover: Option<Recover>,
+}
+
+/// How often `serve` recovers the recent past of a source even without a known gap: a
+/// safety net for what no gap shows (a network path that dropped requests before they
+/// reached hookinbox).
+pub const DEFAULT_RECOVER_EVERY: Duration = Duration::from_secs(3600);
+/// The bounds of `recover.every`: each run costs a few API calls; a week is past what the
+/// providers keep for redelivery.
+pub const MIN_RECOVER_EVERY: Duration = Duration::from_secs(60);
+pub const MAX_RECOVER_EVERY: Duration = Duration::from_secs(7 * 86_400);
+
+/// A source's `recover` table, validated.
+#[derive(Debug)]
+pub struct Recover {
+    pub api: RecoverApi,
+    /// The API's base URL: the provider's, or `api_url` (GitHub Enterprise Server, tests).
+    pub base: reqwest::Url,
+    /// How often serve recovers the last stretch of time as a safety net.
+    pub every: Duration,
+}
+
+#[derive(Debug)]
+pub enum RecoverApi {
+    /// List the hook's deliveries and ask for redelivery of the missing ones.
+    GitHub { hook: GitHubHook, auth: GitHubAuth },
+    /// List events and store the missing ones with origin `api`; `types` narrows the list
+    /// to what the endpoint subscribes to.
+    Stripe { key: Secret, types: Vec<String> },
+}
+
+impl RecoverApi {
+    /// The provider's name in metrics and logs.
+    pub fn provider(&self) -> &'static str {
+        match self {
+            RecoverApi::GitHub { .. } => "github",
+            RecoverApi::Stripe { .. } => "stripe",
+        }
+    }
+}
+
+/// Which GitHub hook a source is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GitHubHook {
+    /// A repository's hook: `owner/name` and the hook's id.
+    Repo { repo: String, hook_id: u64 },
+    /// An organisation's hook.
+    Org { org: String, hook_id: u64 },
+    /// A GitHub App's own hook (`/app/hook`), reached with the App's JWT.
+    App,
+}
+
+#[derive(Debug)]
+pub enum GitHubAuth {
+    /// A fine-grained (or classic) token with read and write access to the hook.
+    Token(Secret),
+    /// A GitHub App: its id and its private key (PEM), for a JWT.
+    App { app_id: u64, private_key: Secret },
 }
 
 #[derive(Debug)]

@@ -132,10 +132,44 @@ pub(super) struct RawSource {
     #[serde(default)]
     pub(super) order: Option<Order>,
     #[serde(default)]
+    pub(super) recover: Option<RawRecover>,
+    #[serde(default)]
     pub(super) targets: Vec<RawTarget>,
     /// Everything else: the scheme's own settings.
     #[serde(flatten)]
     pub(super) settings: toml::Table,
+}
+
+/// A source's `recover` table: which provider API fills its gaps, and how to reach it. One
+/// table for every API; which keys an API takes is checked in validation, naming the key.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRecover {
+    pub(super) api: String,
+    #[serde(default)]
+    pub(super) api_url: Option<String>,
+    #[serde(default = "default_recover_every", deserialize_with = "de_duration")]
+    pub(super) every: Duration,
+    #[serde(default)]
+    pub(super) repo: Option<String>,
+    #[serde(default)]
+    pub(super) org: Option<String>,
+    #[serde(default)]
+    pub(super) hook_id: Option<u64>,
+    #[serde(default)]
+    pub(super) token: Option<String>,
+    #[serde(default)]
+    pub(super) app_id: Option<u64>,
+    #[serde(default)]
+    pub(super) private_key: Option<String>,
+    #[serde(default)]
+    pub(super) key: Option<String>,
+    #[serde(default)]
+    pub(super) types: Vec<String>,
+}
+
+pub(super) fn default_recover_every() -> Duration {
+    DEFAULT_RECOVER_EVERY
 }
 
 /// The `id` key: one rule written as text, or several parts joined.

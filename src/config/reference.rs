@@ -338,6 +338,14 @@ pub const SECTIONS: &[Section] = &[
                           come.",
             },
             Key {
+                name: "recover",
+                form: "table",
+                if_absent: IfAbsent::Off,
+                meaning: "Fill the source's gaps from its provider's API (github, stripe): \
+                          see [sources.recover]. Without it, hookinbox gaps still lists them \
+                          and hookinbox recover cannot run for the source.",
+            },
+            Key {
                 name: "targets",
                 form: "list of tables",
                 if_absent: IfAbsent::Off,
@@ -364,6 +372,87 @@ pub const SECTIONS: &[Section] = &[
                 if_absent: IfAbsent::Required,
                 meaning: "What orders them: a number, or text that sorts (digit strings \
                           compare as numbers).",
+            },
+        ],
+    },
+    Section {
+        header: "[sources.recover]",
+        about: "What serve asks the provider for after a gap (a downtime found at start-up, \
+                a run of refused requests) and every `every` as a safety net; also \
+                hookinbox recover. Also written inline: recover = { api = \"github\", repo \
+                = \"owner/name\", hook_id = 123, token = \"file:…\" }. GitHub redelivers \
+                what is missing (signed, through the normal path); Stripe's missing events \
+                are fetched and stored with origin api.",
+        keys: &[
+            Key {
+                name: "api",
+                form: "github or stripe",
+                if_absent: IfAbsent::Required,
+                meaning: "The provider API; it must be the source's own scheme.",
+            },
+            Key {
+                name: "api_url",
+                form: "URL",
+                if_absent: IfAbsent::Derived("https://api.github.com, https://api.stripe.com"),
+                meaning: "The API's base URL: GitHub Enterprise Server's                           (https://HOST/api/v3), or a local stand-in. https:// only, except                           to this machine.",
+            },
+            Key {
+                name: "every",
+                form: "duration",
+                if_absent: IfAbsent::Default("\"1h\""),
+                meaning: "How often serve also recovers the last stretch of time (1m to 7d).",
+            },
+            Key {
+                name: "repo",
+                form: "owner/name",
+                if_absent: IfAbsent::Off,
+                meaning: "github: the repository of a repository hook (with hook_id).",
+            },
+            Key {
+                name: "org",
+                form: "text",
+                if_absent: IfAbsent::Off,
+                meaning: "github: the organisation of an organisation hook (with hook_id).",
+            },
+            Key {
+                name: "hook_id",
+                form: "integer",
+                if_absent: IfAbsent::Off,
+                meaning: "github: the hook's id, the number ending its settings URL.",
+            },
+            Key {
+                name: "token",
+                form: "secret spec",
+                if_absent: IfAbsent::Off,
+                meaning: "github: a token that may read and redeliver the hook's deliveries \
+                          (fine-grained: Webhooks read and write), for repo and org hooks.",
+            },
+            Key {
+                name: "app_id",
+                form: "integer",
+                if_absent: IfAbsent::Off,
+                meaning: "github: a GitHub App's id; with private_key and neither repo nor \
+                          org, recovery reads the App's own hook with a JWT.",
+            },
+            Key {
+                name: "private_key",
+                form: "secret spec",
+                if_absent: IfAbsent::Off,
+                meaning: "github: the App's private key (the PEM GitHub gave).",
+            },
+            Key {
+                name: "key",
+                form: "secret spec",
+                if_absent: IfAbsent::Off,
+                meaning: "stripe: a restricted key (rk_…) with read access to Events.",
+            },
+            Key {
+                name: "types",
+                form: "list of text",
+                if_absent: IfAbsent::Off,
+                meaning: "stripe: only events of these types (at most 20; invoice.* allowed), \
+                          as the endpoint subscribes to them. Without it, every event the \
+                          account's failed deliveries name.",
             },
         ],
     },
@@ -497,6 +586,8 @@ mod tests {
              secrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]\n\
              [sources.order]\nkey = \"/k\"\nversion = \"/v\"\n\
              [[sources.targets]]\nname = \"app\"\nurl = \"http://127.0.0.1:3000/hooks\"\n\
+             [[sources]]\nname = \"gh\"\nscheme = \"github\"\nsecrets = [\"s\"]\n\
+             [sources.recover]\napi = \"github\"\nrepo = \"o/r\"\nhook_id = 1\ntoken = \"t\"\n\
              [[alerts]]\nname = \"ops\"\nurl = \"http://127.0.0.1:3001/alerts\"\n"
         )
     }
@@ -600,6 +691,7 @@ mod tests {
             id_pointer,
             id,
             order,
+            recover,
             targets
         );
         let fields: BTreeSet<String> = fields.iter().map(|f| f.to_string()).collect();

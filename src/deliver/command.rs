@@ -53,6 +53,7 @@ pub async fn run(argv: &[String], timeout: Duration, a: &Attempt<'_>) -> Result_
         .env("HOOKINBOX_TARGET", a.target)
         .env("HOOKINBOX_ATTEMPT", a.attempt.to_string())
         .env("HOOKINBOX_RECEIVED_AT", a.received_at)
+        .env("HOOKINBOX_ORIGIN", a.origin)
         .env(
             "HOOKINBOX_HEADERS",
             serde_json::to_string(a.headers).expect("strings always serialise"),
@@ -200,6 +201,7 @@ mod tests {
             body: b"{}",
             headers: &[],
             remote_addr: None,
+            origin: "webhook",
         };
         let argv = ["/bin/sh", "-c", "printf %s \"$HOOKINBOX_EVENT_TYPE\""].map(String::from);
         let r = run(&argv, Duration::from_secs(10), &a).await;

@@ -101,6 +101,7 @@ impl UrlTarget {
         put("x-hookinbox-event-id", a.event_id);
         put("x-hookinbox-source", a.source);
         put("x-hookinbox-attempt", &a.attempt.to_string());
+        put("x-hookinbox-origin", a.origin);
         if let Some(addr) = a.remote_addr {
             put("x-forwarded-for", addr);
         }

@@ -62,6 +62,9 @@ pub struct Attempt<'a> {
     /// Who sent the event, as hookinbox believes it (`proxy::client`); unknown for events
     /// stored before it was recorded.
     pub remote_addr: Option<&'a str>,
+    /// How the event reached the inbox: `webhook`, or `api` (fetched by recovery from the
+    /// provider's API, so without the provider's signature headers).
+    pub origin: &'a str,
 }
 
 /// Request headers that name a client address, protocol or host on the way in. The client
@@ -788,6 +791,7 @@ async fn send(t: &TargetRun, c: &Claimed, event: &EventData) -> Result_ {
         body,
         headers: &headers,
         remote_addr: event.remote_addr.as_deref(),
+        origin: &event.origin,
     };
     match &t.sender {
         Sender::Url(target) => target.send(&a).await,

@@ -30,9 +30,10 @@ use hyper::{Request, Response};
 use crate::config::{self, Order, Source};
 use crate::metrics::Metrics;
 use crate::proxy::{self, Cidr};
+use crate::recover::watch::{SourceWatch, Watch};
 use crate::scheme::{Action, Input, Learnt, Reject, Verdict};
 use crate::secret::Secret;
-use crate::store::ingest::{NewEvent, Stored};
+use crate::store::ingest::{NewEvent, Origin, Stored};
 use crate::store::writer::Writer;
 use crate::{clock, store};
 pub use answer::Outcome;
@@ -48,7 +49,8 @@ struct SourceState {
     name: Arc<str>,
     account: Arc<str>,
     config: Arc<Source>,
-    targets: Vec<String>,
+    /// Its run of refused requests, for knowing the gaps (`recover::watch`).
+    watch: Arc<SourceWatch>,
 }
 
 /// The sources as configured now; replaced whole on a reload, so that a request in flight
@@ -60,14 +62,14 @@ struct Live {
 }
 
 impl Live {
-    fn new(sources: &[Arc<Source>], trusted_proxies: Vec<Cidr>) -> Live {
+    fn new(sources: &[Arc<Source>], trusted_proxies: Vec<Cidr>, watch: &Watch) -> Live {
         let sources = sources
             .iter()
             .map(|s| {
                 let state = SourceState {
                     name: s.name.as_str().into(),
                     account: s.account.as_str().into(),
-                    targets: s.targets.iter().map(|t| t.name.clone()).collect(),
+                    watch: watch.source(&s.name),
                     config: s.clone(),
                 };
                 (s.name.clone(), state)
@@ -135,6 +137,8 @@ pub struct Receiver {
     fetcher: fetch::Fetcher,
     writer: Writer,
     metrics: Arc<Metrics>,
+    /// Every source's receiving state, kept across reloads.
+    watch: Arc<Watch>,
     max_body: u64,
     body_timeout: Duration,
     budget: Arc<BodyBudget>,
@@ -148,11 +152,16 @@ impl Receiver {
         metrics: Arc<Metrics>,
         budget: Arc<BodyBudget>,
         learnt: Vec<(String, Vec<u8>)>,
-        fetcher: fetch::Fetcher,
+        watch: Arc<Watch>,
     ) -> Receiver {
         Receiver {
-            fetcher,
-            live: RwLock::new(Arc::new(Live::new(sources, server.trusted_proxies.clone()))),
+            fetcher: fetch::Fetcher::default(),
+            live: RwLock::new(Arc::new(Live::new(
+                sources,
+                server.trusted_proxies.clone(),
+                &watch,
+            ))),
+            watch,
             learnt: RwLock::new(
                 learnt
                     .into_iter()
@@ -169,7 +178,7 @@ impl Receiver {
 
     /// Serves new requests with these sources (secrets, schemes, targets) from now on.
     pub fn reload(&self, sources: &[Arc<Source>], trusted_proxies: Vec<Cidr>) {
-        let live = Arc::new(Live::new(sources, trusted_proxies));
+        let live = Arc::new(Live::new(sources, trusted_proxies, &self.watch));
         *self.live.write().expect("no panics while holding the lock") = live;
     }
 
@@ -336,37 +345,19 @@ impl Receiver {
 
         // Decided now, while the body is at hand; sent only once the event is committed.
         let reply = scheme.verifier().stored_reply(&input);
-        let event_id = identity.event_id;
+        let event_id = identity.event_id.clone();
         let provider_time = identity.provider_time;
-        let event = NewEvent {
-            source: source.name.clone(),
-            account: source.account.clone(),
-            sha256_hex: hex::encode(ring::digest::digest(&ring::digest::SHA256, &body)),
-            body_is_text: std::str::from_utf8(&body).is_ok(),
-            headers: headers_json(&parts.headers, scheme.verifier().secret_headers()),
-            event_type: identity.event_type,
-            provider_time: identity.provider_time,
-            deliveries: source
-                .targets
-                .iter()
-                .map(|t| {
-                    let key = store::idempotency_key(&source.name, &source.account, &event_id, t);
-                    (t.clone(), key)
-                })
-                .collect(),
-            order: source.config.order.as_ref().and_then(|order| {
-                let key = order_key(order, &body);
-                if key.is_none() {
-                    tracing::warn!(source = %source.name, event_id, "ordering: no key or version \
-                        at the configured pointers; this event is delivered without ordering");
-                }
-                key
-            }),
-            event_id: event_id.clone(),
-            remote_addr: client.to_string(),
+        let headers = headers_json(&parts.headers, scheme.verifier().secret_headers());
+        let mut event = new_event(
+            &source.config,
+            (source.name.clone(), source.account.clone()),
+            identity,
             body,
-            memory: room,
-        };
+            headers,
+            client.to_string(),
+            Origin::Webhook,
+        );
+        event.memory = room;
         let outcome = match self.writer.ingest(event).await {
             Ok(Stored::New) => {
                 // The commit has just returned: this is the durable receipt, to the clock's
@@ -413,6 +404,18 @@ impl listener::Handler for Receiver {
         let (outcome, event_id) = self.receive(source, client, req).await;
         let status = outcome.status();
         self.metrics.request(&source.name, outcome.label());
+        // What a provider would see as "not received" opens a run; anything the inbox took
+        // (a conflict included: it is quarantined, not lost) ends it.
+        match &outcome {
+            Outcome::Accepted(_) | Outcome::Duplicate(_) | Outcome::Conflict(_) => {
+                source.watch.accepted();
+            }
+            Outcome::Rejected(reject) if reject.is_auth() => source.watch.refused(401),
+            Outcome::Unavailable(_) | Outcome::KeyUnavailable(_) | Outcome::Overloaded => {
+                source.watch.refused(503);
+            }
+            _ => {}
+        }
         let event_id = event_id.as_deref().unwrap_or("-");
         let duration_ms = (started.elapsed().as_secs_f64() * 1e6).round() / 1e3;
         match &outcome {
@@ -440,6 +443,53 @@ impl listener::Handler for Receiver {
                 duration_ms, "request"),
         }
         outcome.response()
+    }
+}
+
+/// The event to store for `source` (its name and account as shared text): one delivery per
+/// target under its idempotency key, and the order key where ordering is on. The receive
+/// path and recovery build their events here, so that an event fetched from an API is
+/// keyed and ordered exactly as its webhook would have been.
+pub fn new_event(
+    source: &Source,
+    (name, account): (Arc<str>, Arc<str>),
+    identity: crate::scheme::Identity,
+    body: Bytes,
+    headers: String,
+    remote_addr: String,
+    origin: Origin,
+) -> NewEvent {
+    let event_id = identity.event_id;
+    NewEvent {
+        sha256_hex: hex::encode(ring::digest::digest(&ring::digest::SHA256, &body)),
+        body_is_text: std::str::from_utf8(&body).is_ok(),
+        headers,
+        event_type: identity.event_type,
+        provider_time: identity.provider_time,
+        deliveries: source
+            .targets
+            .iter()
+            .map(|t| {
+                let key = store::idempotency_key(&name, &account, &event_id, &t.name);
+                (t.name.clone(), key)
+            })
+            .collect(),
+        order: source.order.as_ref().and_then(|order| {
+            let key = order_key(order, &body);
+            if key.is_none() {
+                tracing::warn!(source = %name, event_id, "ordering: no key or version \
+                    at the configured pointers; this event is delivered without ordering");
+            }
+            key
+        }),
+        source: name,
+        account,
+        event_id,
+        remote_addr,
+        origin,
+        bookkeeping: source.scheme.verifier().bookkeeping(),
+        body,
+        memory: None,
     }
 }
 

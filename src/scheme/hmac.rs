@@ -468,6 +468,9 @@ pub struct Preset {
     pub tolerance: Option<std::time::Duration>,
     pub redelivery: Option<Horizon>,
     pub caveats: &'static [&'static str],
+    /// Top-level members of the body that record the delivery, not the event (see
+    /// [`crate::scheme::Verifier::bookkeeping`]).
+    pub bookkeeping: &'static [&'static str],
     /// The body `hookinbox sign` sends by default, where the generic demo lacks what the
     /// provider's id rule reads.
     pub demo_body: Option<fn(&str, i64) -> Vec<u8>>,
@@ -653,6 +656,10 @@ impl<H: Hooks> Verifier for Hmac<H> {
 
     fn redelivery(&self) -> Option<Horizon> {
         self.preset.redelivery
+    }
+
+    fn bookkeeping(&self) -> &'static [&'static str] {
+        self.preset.bookkeeping
     }
 
     fn caveats(&self) -> Vec<String> {

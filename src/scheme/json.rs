@@ -226,6 +226,108 @@ impl Visitor<'_> for KeyIs<'_> {
     }
 }
 
+/// Deeper than this, two documents are not compared (and so are taken as different): the
+/// comparison recurses once per level, and serde_json's own parser stops at 128.
+const MAX_COMPARE_DEPTH: usize = 128;
+
+/// Whether two JSON documents hold the same value: objects equal as maps whatever their
+/// members' order, arrays element by element, strings by their decoded text, numbers by their
+/// exact text (so `1.0` and `1` differ, as do two integers past 2^64 that a float would
+/// merge). Whitespace and escapes do not matter. An object with a key twice, a document
+/// that is not JSON, or one nested past [`MAX_COMPARE_DEPTH`] is never the same as anything:
+/// the caller treats "not the same" as the safe answer (a conflict to look at).
+///
+/// Top-level members named in `except` are left out of the comparison (a provider's
+/// delivery bookkeeping, see `Verifier::bookkeeping`).
+pub fn same_value(a: &[u8], b: &[u8], except: &[&str]) -> bool {
+    let (Ok(a), Ok(b)) = (
+        serde_json::from_slice::<&RawValue>(a),
+        serde_json::from_slice::<&RawValue>(b),
+    ) else {
+        return false;
+    };
+    same_raw(a, b, 0, except)
+}
+
+fn same_raw(a: &RawValue, b: &RawValue, depth: usize, except: &[&str]) -> bool {
+    if depth > MAX_COMPARE_DEPTH {
+        return false;
+    }
+    let (ta, tb) = (a.get(), b.get());
+    match (ta.as_bytes().first(), tb.as_bytes().first()) {
+        (Some(b'{'), Some(b'{')) => {
+            let (Some(mut ma), Some(mut mb)) = (members(ta), members(tb)) else {
+                return false;
+            };
+            for key in except {
+                ma.remove(*key);
+                mb.remove(*key);
+            }
+            ma.len() == mb.len()
+                && ma.iter().all(|(k, va)| {
+                    mb.get(k.as_str())
+                        .is_some_and(|vb| same_raw(va, vb, depth + 1, &[]))
+                })
+        }
+        (Some(b'['), Some(b'[')) => {
+            let (Ok(ea), Ok(eb)) = (
+                serde_json::from_str::<Vec<&RawValue>>(ta),
+                serde_json::from_str::<Vec<&RawValue>>(tb),
+            ) else {
+                return false;
+            };
+            ea.len() == eb.len()
+                && ea
+                    .iter()
+                    .zip(&eb)
+                    .all(|(x, y)| same_raw(x, y, depth + 1, &[]))
+        }
+        (Some(b'"'), Some(b'"')) => {
+            match (
+                serde_json::from_str::<String>(ta),
+                serde_json::from_str::<String>(tb),
+            ) {
+                (Ok(x), Ok(y)) => x == y,
+                _ => false,
+            }
+        }
+        // Numbers, true, false, null: their text, which RawValue keeps without whitespace.
+        _ => ta == tb,
+    }
+}
+
+/// An object's members by key; None if a key appears twice (which value counts is then a
+/// matter of the reader, so no comparison is believed).
+fn members(text: &str) -> Option<std::collections::HashMap<String, &RawValue>> {
+    let pairs: Vec<(String, &RawValue)> = serde_json::from_str::<Pairs>(text).ok()?.0;
+    let n = pairs.len();
+    let map: std::collections::HashMap<_, _> = pairs.into_iter().collect();
+    (map.len() == n).then_some(map)
+}
+
+/// An object's members in order, duplicates kept.
+struct Pairs<'a>(Vec<(String, &'a RawValue)>);
+
+impl<'de: 'a, 'a> de::Deserialize<'de> for Pairs<'a> {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Pairs<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Pairs<'a>, M::Error> {
+                let mut pairs = Vec::new();
+                while let Some((k, v)) = map.next_entry::<String, &'a RawValue>()? {
+                    pairs.push((k, v));
+                }
+                Ok(Pairs(pairs))
+            }
+        }
+        d.deserialize_map(V(std::marker::PhantomData))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -292,5 +394,37 @@ mod tests {
         assert_eq!(field(b"{\"id\":1", "/id"), Err(NotJson));
         assert_eq!(field(b"token=x&id=1", "/id"), Err(NotJson));
         assert_eq!(field(b"{\"id\":1} trailing", "/id"), Err(NotJson));
+    }
+
+    #[test]
+    fn same_value_ignores_layout_and_member_order_but_not_numbers_or_duplicates() {
+        let api = b"{\n  \"id\": \"evt_1\",\n  \"data\": {\"object\": {\"amount\": 100, \"tags\": [1, \"a\"]}},\n  \"livemode\": false\n}";
+        let hook = br#"{"livemode":false,"data":{"object":{"tags":[1,"\u0061"],"amount":100}},"id":"evt_1"}"#;
+        assert!(same_value(api, hook, &[]));
+        // Bookkeeping is left out at the top only.
+        let counted = br#"{"pending_webhooks":2,"id":"evt_1"}"#;
+        let later = br#"{"pending_webhooks":1,"id":"evt_1"}"#;
+        assert!(same_value(counted, later, &["pending_webhooks"]));
+        assert!(!same_value(counted, later, &[]));
+        let nested = br#"{"data":{"pending_webhooks":1},"id":"evt_1"}"#;
+        let nested_later = br#"{"data":{"pending_webhooks":2},"id":"evt_1"}"#;
+        assert!(!same_value(nested, nested_later, &["pending_webhooks"]));
+        for different in [
+            &br#"{"livemode":false,"data":{"object":{"tags":[1,"a"],"amount":101}},"id":"evt_1"}"#[..],
+            br#"{"livemode":false,"data":{"object":{"tags":["a",1],"amount":100}},"id":"evt_1"}"#,
+            br#"{"livemode":false,"data":{"object":{"tags":[1,"a"],"amount":100.0}},"id":"evt_1"}"#,
+            br#"{"livemode":false,"data":{"object":{"tags":[1,"a"],"amount":100}}}"#,
+            br#"{"livemode":false,"livemode":false,"data":{"object":{"tags":[1,"a"],"amount":100}},"id":"evt_1"}"#,
+            b"not json",
+        ] {
+            assert!(!same_value(api, different, &[]), "{}", String::from_utf8_lossy(different));
+        }
+        assert!(!same_value(
+            br#"{"n":123456789012345678901234}"#,
+            br#"{"n":123456789012345678901235}"#,
+            &[]
+        ));
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        assert!(!same_value(deep.as_bytes(), deep.as_bytes(), &[]));
     }
 }

@@ -474,6 +474,13 @@ pub trait Verifier: Send + Sync + fmt::Debug {
         None
     }
 
+    /// Top-level members of an event's JSON that record its delivery rather than the event
+    /// (Stripe's `pending_webhooks` counts down as endpoints answer), so that an event
+    /// fetched from the API and its webhook compare as the same event (`recover`).
+    fn bookkeeping(&self) -> &'static [&'static str] {
+        &[]
+    }
+
     /// Holes in the provider's protocol that `check` should name.
     fn caveats(&self) -> Vec<String> {
         Vec::new()

@@ -22,6 +22,7 @@ pub const COMMON_KEYS: &[&str] = &[
     "id_pointer",
     "id",
     "order",
+    "recover",
     "targets",
 ];
 

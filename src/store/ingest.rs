@@ -27,12 +27,36 @@ pub struct NewEvent {
     pub deliveries: Vec<(String, String)>,
     /// With ordering on: the event's order key and version.
     pub order: Option<(String, rusqlite::types::Value)>,
-    /// The sender's address (see `proxy::client`).
+    /// The sender's address (see `proxy::client`); for an event fetched from a provider's
+    /// API, the API's host.
     pub remote_addr: String,
+    /// How it reached hookinbox.
+    pub origin: Origin,
+    /// Top-level JSON members that record the delivery, not the event: left out when this
+    /// webhook is compared with the same event fetched from the API.
+    pub bookkeeping: &'static [&'static str],
     /// The body's room in the receiver's memory budget: held as long as the event is, so
     /// that an event still queued for a stalled disk after its request gave up still
     /// counts against the budget.
     pub memory: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+/// How an event reached the inbox (`events.origin`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// Signed, through `/hooks/<source>`.
+    Webhook,
+    /// Fetched by `recover` from the provider's API, over TLS with the operator's key.
+    Api,
+}
+
+impl Origin {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::Webhook => "webhook",
+            Origin::Api => "api",
+        }
+    }
 }
 
 /// What the store did with an event.
@@ -63,8 +87,8 @@ pub fn store(conn: &Connection, e: &NewEvent, now: &str) -> rusqlite::Result<Sto
     let inserted: Option<i64> = conn
         .prepare_cached(
             "INSERT INTO events (source, account, event_id, sha256, size, event_type,
-                                 provider_time, received_at, remote_addr)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+                                 provider_time, received_at, remote_addr, origin)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
              ON CONFLICT (source, account, event_id) DO NOTHING
              RETURNING id",
         )?
@@ -78,7 +102,8 @@ pub fn store(conn: &Connection, e: &NewEvent, now: &str) -> rusqlite::Result<Sto
                 e.event_type,
                 provider_time,
                 now,
-                e.remote_addr
+                e.remote_addr,
+                e.origin.as_str()
             ],
             |r| r.get(0),
         )
@@ -108,15 +133,33 @@ pub fn store(conn: &Connection, e: &NewEvent, now: &str) -> rusqlite::Result<Sto
         }
         return Ok(Stored::New);
     }
-    let (original, original_sha): (i64, String) = conn
+    let (original, original_sha, original_origin): (i64, String, String) = conn
         .prepare_cached(
-            "SELECT id, sha256 FROM events WHERE source = ?1 AND account = ?2 AND event_id = ?3",
+            "SELECT id, sha256, origin FROM events
+              WHERE source = ?1 AND account = ?2 AND event_id = ?3",
         )?
         .query_row(params![&*e.source, &*e.account, e.event_id], |r| {
-            Ok((r.get(0)?, r.get(1)?))
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
         })?;
     if original_sha == e.sha256_hex {
         return Ok(Stored::Duplicate);
+    }
+    // An event fetched from an API is never a conflict: the inbox already holds this
+    // identity (signed, or fetched before), and that stays what is forwarded.
+    if e.origin == Origin::Api {
+        return Ok(Stored::Duplicate);
+    }
+    // A webhook of an event first fetched from the API: the API renders the same event with
+    // its own layout, so the same JSON value is the same event. A real difference is still a
+    // conflict; so is any difference once the fetched payload was pruned.
+    if original_origin == Origin::Api.as_str() {
+        let fetched: Option<Vec<u8>> = conn
+            .prepare_cached("SELECT CAST(body AS BLOB) FROM payloads WHERE event = ?1")?
+            .query_row([original], |r| r.get(0))
+            .optional()?;
+        if fetched.is_some_and(|f| crate::scheme::json::same_value(&f, &e.body, e.bookkeeping)) {
+            return Ok(Stored::Duplicate);
+        }
     }
     conn.prepare_cached(
         "INSERT INTO conflicts (event, source, account, event_id, original_sha256, sha256, size,

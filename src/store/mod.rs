@@ -7,6 +7,7 @@
 //! time ([`lock`]).
 
 pub mod commits;
+pub mod gaps;
 pub mod ingest;
 pub mod learnt;
 pub mod lock;

@@ -311,6 +311,8 @@ pub struct EventData {
     pub received_at: String,
     /// Who sent it, as `proxy::client` decided.
     pub remote_addr: Option<String>,
+    /// `webhook` or `api` (fetched by recovery).
+    pub origin: String,
 }
 
 /// The events with these row ids, by id (a missing id is not in the map).
@@ -324,7 +326,7 @@ pub fn events(
     let marks = vec!["?"; ids.len()].join(", ");
     let sql = format!(
         "SELECT e.id, e.source, e.event_id, p.body, p.headers, e.event_type, e.received_at,
-                e.remote_addr
+                e.remote_addr, e.origin
            FROM events e LEFT JOIN payloads p ON p.event = e.id WHERE e.id IN ({marks})"
     );
     conn.prepare(&sql)?
@@ -339,6 +341,7 @@ pub fn events(
                     event_type: r.get(5)?,
                     received_at: r.get(6)?,
                     remote_addr: r.get(7)?,
+                    origin: r.get(8)?,
                 },
             ))
         })?

@@ -116,6 +116,8 @@ struct Row {
     size: i64,
     status: String,
     deliveries: Option<String>,
+    /// `api` for an event `recover` fetched from the provider's API.
+    origin: String,
 }
 
 /// The event list's query: only fixed fragments in the SQL, every value a parameter. As in
@@ -129,7 +131,7 @@ fn list_events(
 ) -> anyhow::Result<Vec<Row>> {
     let mut sql = String::from(
         "SELECT v.id, v.received_at, v.source, v.event_id, v.event_type, v.size, v.status,
-                v.deliveries
+                v.deliveries, v.origin
            FROM recent_events v WHERE 1",
     );
     let mut values: Vec<Value> = Vec::new();
@@ -171,6 +173,7 @@ fn list_events(
                 size: r.get(5)?,
                 status: r.get(6)?,
                 deliveries: r.get(7)?,
+                origin: r.get(8)?,
             })
         })?
         .collect::<rusqlite::Result<_>>()?;
@@ -192,7 +195,12 @@ fn events_table(rows: &[Row]) -> Markup {
                             td { a href={ "/events/" (r.id) } { (r.id) } }
                             td { (time(&r.received_at)) }
                             td { (p(&r.source)) }
-                            td.id { a href={ "/events/" (r.id) } { (p(&r.event_id)) } }
+                            td.id {
+                                a href={ "/events/" (r.id) } { (p(&r.event_id)) }
+                                @if r.origin == "api" {
+                                    " " span.origin title="fetched from the provider's API by recover, not signed" { "api" }
+                                }
+                            }
                             td { (r.event_type.as_deref().map(p).unwrap_or_else(|| "–".into())) }
                             td.num { (r.size) }
                             td { span class=(state_class(&r.status)) { (r.status) } }
@@ -490,6 +498,11 @@ impl Page<'_> {
                 dt { "Event id" } dd.id { (p(&e.event_id)) }
                 dt { "Type" } dd { (e.event_type.as_deref().map(p).unwrap_or_else(|| "–".into())) }
                 dt { "Received" } dd { (e.received_at) }
+                dt { "Origin" } dd {
+                    @if e.origin == "api" {
+                        span.origin { "api" } " fetched from the provider's API by recover, not signed"
+                    } @else { "webhook, signed" }
+                }
                 @if let Some(t) = &e.provider_time { dt { "Provider's time" } dd { (p(t)) } }
                 dt { "Size" } dd { (e.size) " bytes" }
                 dt { "SHA-256" } dd.id { (e.sha256) }

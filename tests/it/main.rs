@@ -56,6 +56,10 @@
 //! - `web`: the web inbox in a real headless Chromium over WebDriver: filter, open an
 //!   event, its body, replay and pause with actions on, refused with them off; a provider's
 //!   `<script>` never runs; forged POSTs (no token, another Origin or Host) change nothing.
+//! - `recover`: knowing the gaps and filling them from the providers' APIs, against local
+//!   stand-ins for GitHub's and Stripe's (`provider_api`): a downtime after a SIGKILL,
+//!   a run of 401s, pages and rate limits, a second run that asks for nothing, Stripe's
+//!   events stored with origin `api` and their later webhook a duplicate, API failures.
 //! - `fuzz_corpora`: every committed fuzz corpus file replayed through the fuzz harness
 //!   (signature parsers in process, raw HTTP bytes through the real service).
 
@@ -80,7 +84,9 @@ mod operate;
 mod oracle;
 mod power_loss;
 mod proc;
+mod provider_api;
 mod providers;
+mod recover;
 mod resources;
 mod scheme_props;
 mod schemes;

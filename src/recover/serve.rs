@@ -1,0 +1,203 @@
+//! Recovery inside `serve`: for the gap found at start-up, for each run of refused requests
+//! once it ends, and every `recover.every` for the stretch of time just past, as a safety
+//! net for what no gap shows (requests lost on the way, before they reached hookinbox).
+//!
+//! A recovery that fails (the API unreachable, a rate limit) leaves its gaps unrecovered
+//! and is tried again after [`RETRY_FAILED`]; what it did meanwhile is in `gaps.recovery`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use super::{Inbox, Window};
+use crate::clock;
+use crate::config::Source;
+use crate::metrics::{GapLabels, Metrics};
+use crate::store::gaps::Gap;
+use crate::store::writer::Writer;
+
+/// How long after a failed recovery it is tried again.
+pub const RETRY_FAILED: Duration = Duration::from_secs(300);
+/// The safety net stops this far short of now: a delivery the provider is making this
+/// minute is not missing yet.
+pub const SETTLE: Duration = Duration::from_secs(60);
+
+/// One source's recovery state.
+struct Pending {
+    /// Gaps not yet recovered, and when to try.
+    gaps: Vec<Gap>,
+    retry_at: Option<Instant>,
+    /// The safety net has covered time up to here (unix seconds).
+    covered_until: i64,
+    next_net: Instant,
+}
+
+/// Runs until `stop` turns true. `at_start` are the gaps `serve` found when it started;
+/// `found` brings those recorded later (runs of refusals that ended).
+pub async fn run(
+    sources: watch::Receiver<Vec<Arc<Source>>>,
+    writer: Writer,
+    metrics: Arc<Metrics>,
+    at_start: Vec<Gap>,
+    mut found: mpsc::UnboundedReceiver<Gap>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let inbox = Inbox::Writer(writer);
+    let started = clock::unix_now();
+    let mut state: HashMap<String, Pending> = HashMap::new();
+    let add = |state: &mut HashMap<String, Pending>, gap: Gap| {
+        metrics
+            .gaps
+            .get_or_create(&GapLabels {
+                source: gap.source.clone(),
+                kind: if gap.kind == "down" {
+                    "down"
+                } else {
+                    "rejecting"
+                },
+            })
+            .inc();
+        let s = state
+            .entry(gap.source.clone())
+            .or_insert_with(|| fresh(started, None));
+        s.gaps.push(gap);
+        s.retry_at = Some(Instant::now());
+    };
+    for gap in at_start {
+        add(&mut state, gap);
+    }
+    loop {
+        let configured: Vec<Arc<Source>> = sources
+            .borrow()
+            .iter()
+            .filter(|s| s.recover.is_some())
+            .cloned()
+            .collect();
+        // Sources without recover keep their gaps listed, and nothing is asked for.
+        state.retain(|name, _| configured.iter().any(|s| &s.name == name));
+        for s in &configured {
+            state
+                .entry(s.name.clone())
+                .or_insert_with(|| fresh(started, s.recover.as_ref().map(|r| r.every)));
+        }
+        let now = Instant::now();
+        for source in &configured {
+            let Some(recover) = source.recover.as_ref() else {
+                continue;
+            };
+            let s = state.get_mut(&source.name).expect("entered above");
+            if s.retry_at.is_some_and(|at| at <= now) && !s.gaps.is_empty() {
+                let window = Window {
+                    from: s
+                        .gaps
+                        .iter()
+                        .filter_map(|g| clock::unix_from_iso(&g.started_at))
+                        .min()
+                        .unwrap_or(started),
+                    until: s
+                        .gaps
+                        .iter()
+                        .filter_map(|g| clock::unix_from_iso(&g.ended_at))
+                        .max()
+                        .unwrap_or(started),
+                };
+                let ids = s.gaps.iter().map(|g| g.id).collect();
+                match once(source, window, ids, &inbox, &metrics).await {
+                    true => {
+                        s.gaps.clear();
+                        s.retry_at = None;
+                    }
+                    false => s.retry_at = Some(Instant::now() + RETRY_FAILED),
+                }
+            }
+            if s.next_net <= now {
+                let until = clock::unix_now() - SETTLE.as_secs() as i64;
+                let window = Window {
+                    from: s.covered_until.min(until),
+                    until,
+                };
+                if once(source, window, Vec::new(), &inbox, &metrics).await {
+                    s.covered_until = until;
+                    s.next_net = Instant::now() + recover.every;
+                } else {
+                    s.next_net = Instant::now() + RETRY_FAILED.min(recover.every);
+                }
+            }
+        }
+        let wake = state
+            .values()
+            .flat_map(|s| [s.retry_at.filter(|_| !s.gaps.is_empty()), Some(s.next_net)])
+            .flatten()
+            .min()
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+        let mut sources_changed = sources.clone();
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            gap = found.recv() => match gap {
+                Some(gap) => add(&mut state, gap),
+                None => return,
+            },
+            _ = tokio::time::sleep_until(wake) => {}
+            _ = sources_changed.changed() => {}
+        }
+    }
+}
+
+fn fresh(started: i64, every: Option<Duration>) -> Pending {
+    Pending {
+        gaps: Vec::new(),
+        retry_at: None,
+        covered_until: started,
+        next_net: Instant::now() + every.unwrap_or(crate::config::DEFAULT_RECOVER_EVERY),
+    }
+}
+
+/// One recovery; true when it went through (its gaps are marked recovered).
+async fn once(
+    source: &Arc<Source>,
+    window: Window,
+    gaps: Vec<i64>,
+    inbox: &Inbox,
+    metrics: &Arc<Metrics>,
+) -> bool {
+    let why = if gaps.is_empty() { "safety net" } else { "gap" };
+    let api = match super::api_for(source, metrics.clone()) {
+        Ok(api) => api,
+        Err(e) => {
+            tracing::error!(source = source.name, error = %e, "cannot recover");
+            return false;
+        }
+    };
+    let (from, until) = (
+        clock::iso_from_unix(window.from),
+        clock::iso_from_unix(window.until),
+    );
+    match super::recover_window(&api, source, window, gaps, inbox, metrics).await {
+        Ok(summary) => {
+            tracing::info!(
+                source = source.name,
+                provider = api.provider(),
+                why,
+                from,
+                until,
+                "recovered: {summary}"
+            );
+            true
+        }
+        Err(e) => {
+            tracing::warn!(
+                source = source.name,
+                provider = api.provider(),
+                why,
+                from,
+                until,
+                error = format!("{e:#}"),
+                "recovery failed; trying again later"
+            );
+            false
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! Knowing the gaps while serving: each source's run of refused requests (401, 503) with no
+//! accepted one since, kept in memory by the receive path, and the heartbeat that writes it
+//! to the inbox with "still receiving" (`store::gaps`).
+//!
+//! The receive path pays one atomic load per accepted request while nothing is refused; a
+//! refusal takes the source's lock. A run becomes a gap when an accepted request ends it:
+//! the window is from its first refusal to its last, which is exactly when requests were
+//! refused (a provider sending in between would have been refused too, and counted).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+
+use crate::clock;
+use crate::store::gaps::{self, Beat, Gap, Run};
+use crate::store::writer::Writer;
+
+/// How often `serve` writes "still receiving" for every source. A crash is known to have
+/// begun at most this long before the last heartbeat's time; recovery asks providers for a
+/// window that starts earlier anyway (see `recover::MARGIN`). One small row update per source
+/// every 10 s is nothing next to the events.
+pub const HEARTBEAT: Duration = Duration::from_secs(10);
+
+/// Every source's receiving state.
+#[derive(Debug, Default)]
+pub struct Watch {
+    sources: Mutex<HashMap<String, Arc<SourceWatch>>>,
+}
+
+/// One source's receiving state, held by the receive path.
+#[derive(Debug, Default)]
+pub struct SourceWatch {
+    /// A run is open: the next accepted request closes it. Read without the lock.
+    open: AtomicBool,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    open: Option<Run>,
+    closed: Vec<Run>,
+}
+
+impl Watch {
+    /// The state of `source`, made on first use and kept across reloads.
+    pub fn source(&self, source: &str) -> Arc<SourceWatch> {
+        self.sources
+            .lock()
+            .expect("no panics while holding the lock")
+            .entry(source.to_owned())
+            .or_default()
+            .clone()
+    }
+
+    /// What the next heartbeat writes for these sources; closed runs are handed over (and
+    /// given back by [`Watch::give_back`] if the write fails).
+    pub fn beats(&self, sources: &[String]) -> Vec<Beat> {
+        sources
+            .iter()
+            .map(|name| {
+                let watch = self.source(name);
+                let mut state = watch
+                    .state
+                    .lock()
+                    .expect("no panics while holding the lock");
+                Beat {
+                    source: name.clone(),
+                    open: state.open.clone(),
+                    closed: std::mem::take(&mut state.closed),
+                }
+            })
+            .collect()
+    }
+
+    /// Closed runs of a heartbeat that could not be written, for the next one.
+    pub fn give_back(&self, beats: Vec<Beat>) {
+        for beat in beats {
+            let watch = self.source(&beat.source);
+            let mut state = watch
+                .state
+                .lock()
+                .expect("no panics while holding the lock");
+            let mut closed = beat.closed;
+            closed.append(&mut state.closed);
+            state.closed = closed;
+        }
+    }
+}
+
+impl SourceWatch {
+    /// A request of this source was refused with `status` (401: not authentic, 503: not
+    /// stored).
+    pub fn refused(&self, status: u16) {
+        let now = clock::iso_now();
+        let mut state = self.state.lock().expect("no panics while holding the lock");
+        let run = state.open.get_or_insert_with(|| Run {
+            since: now.clone(),
+            last: now.clone(),
+            refused: Vec::new(),
+        });
+        run.last = now;
+        match run.refused.iter_mut().find(|(s, _)| *s == status) {
+            Some((_, n)) => *n += 1,
+            None => run.refused.push((status, 1)),
+        }
+        self.open.store(true, Ordering::Release);
+    }
+
+    /// A request of this source was accepted: a run of refusals, if one was open, is a gap.
+    pub fn accepted(&self) {
+        if !self.open.load(Ordering::Acquire) {
+            return;
+        }
+        let mut state = self.state.lock().expect("no panics while holding the lock");
+        if let Some(run) = state.open.take() {
+            state.closed.push(run);
+        }
+        self.open.store(false, Ordering::Release);
+    }
+}
+
+/// Writes a heartbeat every [`HEARTBEAT`] for the configured sources (`sources`, replaced on a
+/// reload) and sends each closed run, once recorded as a gap, to `gaps`. When `stop` turns
+/// true, writes a last heartbeat and the clean-stop marker, and ends.
+pub async fn heartbeat(
+    writer: Writer,
+    watch: Arc<Watch>,
+    sources: watch::Receiver<Vec<Arc<crate::config::Source>>>,
+    found: mpsc::UnboundedSender<Gap>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(HEARTBEAT);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await; // the first tick is now: start() has just written every row
+    loop {
+        let stopping = tokio::select! {
+            _ = tick.tick() => false,
+            _ = stop.wait_for(|s| *s) => true,
+        };
+        let names: Vec<String> = sources.borrow().iter().map(|s| s.name.clone()).collect();
+        let beats = watch.beats(&names);
+        let sent = beats.clone();
+        let result = writer
+            .job(move |conn, now| {
+                let gaps = gaps::beat(conn, &sent, now)?;
+                if stopping {
+                    gaps::stop(conn, &names, now)?;
+                }
+                Ok(gaps)
+            })
+            .await;
+        match result {
+            Ok(recorded) => {
+                for gap in recorded {
+                    tracing::warn!(
+                        source = gap.source,
+                        from = gap.started_at,
+                        until = gap.ended_at,
+                        detail = gap.detail,
+                        "a source refused every request for a while: a gap"
+                    );
+                    let _ = found.send(gap);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not write the heartbeat; trying again");
+                watch.give_back(beats);
+            }
+        }
+        if stopping {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_opens_on_a_refusal_and_closes_on_the_next_accepted_request() {
+        let watch = Watch::default();
+        let a = watch.source("a");
+        a.accepted();
+        assert!(watch.beats(&["a".into()])[0].open.is_none());
+        a.refused(401);
+        a.refused(401);
+        a.refused(503);
+        let beat = &watch.beats(&["a".into()])[0];
+        let open = beat.open.as_ref().unwrap();
+        assert_eq!(open.refused, vec![(401, 2), (503, 1)]);
+        assert!(beat.closed.is_empty());
+        a.accepted();
+        let beats = watch.beats(&["a".into()]);
+        assert!(beats[0].open.is_none());
+        assert_eq!(beats[0].closed.len(), 1);
+        // Handed over once; given back when the write failed.
+        assert!(watch.beats(&["a".into()])[0].closed.is_empty());
+        watch.give_back(beats);
+        assert_eq!(watch.beats(&["a".into()])[0].closed.len(), 1);
+        // The same state after a reload asks for the source again.
+        assert!(Arc::ptr_eq(&a, &watch.source("a")));
+    }
+}

@@ -1,0 +1,472 @@
+//! When each source was receiving, the windows in which it was not (gaps), and what recovery
+//! asked providers for. `serve` writes a source's row at start, at every heartbeat and at a
+//! clean stop (all through the writer); a start finds the window since the row was last
+//! written and records it as a gap. `hookinbox gaps` reads them, `recover` fills them.
+//!
+//! Times are inbox text (`clock::iso`), so that `sqlite3` shows them and text order is time
+//! order.
+
+use std::collections::{HashMap, HashSet};
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+
+/// One window in which a source was not receiving.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Gap {
+    pub id: i64,
+    pub source: String,
+    /// `down` (serve was not running) or `rejecting` (it refused every request).
+    pub kind: String,
+    pub started_at: String,
+    pub ended_at: String,
+    pub detail: String,
+    pub recovered_at: Option<String>,
+    pub recovery: Option<String>,
+}
+
+/// A run of refused requests with no accepted one since: the receiving side's view, carried
+/// by each heartbeat so that a crash in the middle of it still knows where it began.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Run {
+    pub since: String,
+    pub last: String,
+    /// Refused requests in the run, by what they were answered (`401`, `503`).
+    pub refused: Vec<(u16, u64)>,
+}
+
+impl Run {
+    pub fn count(&self) -> u64 {
+        self.refused.iter().map(|(_, n)| n).sum()
+    }
+
+    /// "refused 12 requests (401 ×10, 503 ×2)"
+    pub fn describe(&self) -> String {
+        let parts: Vec<String> = self
+            .refused
+            .iter()
+            .map(|(status, n)| format!("{status} ×{n}"))
+            .collect();
+        let n = self.count();
+        let requests = if n == 1 { "request" } else { "requests" };
+        format!("refused {n} {requests} ({})", parts.join(", "))
+    }
+
+    fn encode(&self) -> String {
+        let parts: Vec<String> = self
+            .refused
+            .iter()
+            .map(|(status, n)| format!("{status}:{n}"))
+            .collect();
+        parts.join(",")
+    }
+
+    fn decode(since: String, last: String, text: &str) -> Run {
+        let refused = text
+            .split(',')
+            .filter_map(|p| {
+                let (s, n) = p.split_once(':')?;
+                Some((s.parse().ok()?, n.parse().ok()?))
+            })
+            .collect();
+        Run {
+            since,
+            last,
+            refused,
+        }
+    }
+}
+
+/// What one heartbeat writes for a source.
+#[derive(Debug, Clone)]
+pub struct Beat {
+    pub source: String,
+    /// A run of refusals still open (no accepted request since it began).
+    pub open: Option<Run>,
+    /// Runs that ended (an accepted request came) since the last heartbeat: each is a gap.
+    pub closed: Vec<Run>,
+}
+
+const GAP_COLUMNS: &str = "id, source, kind, started_at, ended_at, detail, recovered_at, recovery";
+
+fn gap(r: &rusqlite::Row<'_>) -> rusqlite::Result<Gap> {
+    Ok(Gap {
+        id: r.get(0)?,
+        source: r.get(1)?,
+        kind: r.get(2)?,
+        started_at: r.get(3)?,
+        ended_at: r.get(4)?,
+        detail: r.get(5)?,
+        recovered_at: r.get(6)?,
+        recovery: r.get(7)?,
+    })
+}
+
+fn insert_gap(
+    conn: &Connection,
+    source: &str,
+    kind: &str,
+    started_at: &str,
+    ended_at: &str,
+    detail: &str,
+) -> rusqlite::Result<Gap> {
+    conn.prepare_cached(&format!(
+        "INSERT INTO gaps (source, kind, started_at, ended_at, detail)
+         VALUES (?1, ?2, ?3, ?4, ?5) RETURNING {GAP_COLUMNS}"
+    ))?
+    .query_row(params![source, kind, started_at, ended_at, detail], gap)
+}
+
+/// A source's row as the previous serve left it.
+struct LastSeen {
+    heartbeat: String,
+    stopped: Option<String>,
+    since: Option<String>,
+    last: Option<String>,
+    by: String,
+}
+
+/// At serve's start: for each configured source seen receiving before, the window since it
+/// was last seen is recorded as a gap (from its clean stop, or from its last heartbeat after
+/// a crash, or from the start of a run of refusals that was still open); from `now` it is
+/// receiving again. Returns the gaps recorded.
+pub fn start(conn: &Connection, sources: &[String], now: &str) -> rusqlite::Result<Vec<Gap>> {
+    let mut gaps = Vec::new();
+    for source in sources {
+        let last = conn
+            .prepare_cached(
+                "SELECT heartbeat_at, stopped_at, rejecting_since, rejecting_last,
+                        coalesce(rejected_by, '')
+                   FROM receiving WHERE source = ?1",
+            )?
+            .query_row([source], |r| {
+                Ok(LastSeen {
+                    heartbeat: r.get(0)?,
+                    stopped: r.get(1)?,
+                    since: r.get(2)?,
+                    last: r.get(3)?,
+                    by: r.get(4)?,
+                })
+            })
+            .optional()?;
+        if let Some(LastSeen {
+            heartbeat,
+            stopped,
+            since,
+            last,
+            by,
+        }) = last
+        {
+            let (from, mut detail) = match stopped {
+                Some(at) => (at, "stopped cleanly".to_owned()),
+                None => (
+                    heartbeat,
+                    "no heartbeat since: a crash, a kill or a power loss".to_owned(),
+                ),
+            };
+            let from = match (since, last) {
+                (Some(since), Some(last)) if since < from => {
+                    let run = Run::decode(since.clone(), last, &by);
+                    detail = format!("{}, then down ({detail})", run.describe());
+                    since
+                }
+                _ => from,
+            };
+            if from.as_str() < now {
+                gaps.push(insert_gap(conn, source, "down", &from, now, &detail)?);
+            }
+        }
+        conn.prepare_cached(
+            "INSERT INTO receiving (source, started_at, heartbeat_at) VALUES (?1, ?2, ?2)
+             ON CONFLICT (source) DO UPDATE SET
+                 started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at,
+                 stopped_at = NULL, rejecting_since = NULL, rejecting_last = NULL,
+                 rejected = 0, rejected_by = NULL",
+        )?
+        .execute(params![source, now])?;
+    }
+    Ok(gaps)
+}
+
+/// A heartbeat: each source is receiving at `now`, with its open run of refusals if any;
+/// the runs that closed are recorded as gaps, which are returned.
+pub fn beat(conn: &Connection, beats: &[Beat], now: &str) -> rusqlite::Result<Vec<Gap>> {
+    let mut gaps = Vec::new();
+    for b in beats {
+        let (since, last, count, by) = match &b.open {
+            Some(run) => (
+                Some(run.since.as_str()),
+                Some(run.last.as_str()),
+                run.count() as i64,
+                Some(run.encode()),
+            ),
+            None => (None, None, 0, None),
+        };
+        conn.prepare_cached(
+            "INSERT INTO receiving (source, started_at, heartbeat_at, rejecting_since,
+                                    rejecting_last, rejected, rejected_by)
+             VALUES (?1, ?2, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT (source) DO UPDATE SET
+                 heartbeat_at = excluded.heartbeat_at, stopped_at = NULL,
+                 rejecting_since = excluded.rejecting_since,
+                 rejecting_last = excluded.rejecting_last,
+                 rejected = excluded.rejected, rejected_by = excluded.rejected_by",
+        )?
+        .execute(params![b.source, now, since, last, count, by])?;
+        for run in &b.closed {
+            gaps.push(insert_gap(
+                conn,
+                &b.source,
+                "rejecting",
+                &run.since,
+                &run.last,
+                &run.describe(),
+            )?);
+        }
+    }
+    Ok(gaps)
+}
+
+/// A clean stop: the next start counts the gap from here.
+pub fn stop(conn: &Connection, sources: &[String], now: &str) -> rusqlite::Result<()> {
+    let mut update = conn.prepare_cached(
+        "UPDATE receiving SET stopped_at = ?2, heartbeat_at = ?2 WHERE source = ?1",
+    )?;
+    for source in sources {
+        update.execute(params![source, now])?;
+    }
+    Ok(())
+}
+
+/// Gaps that ended at or after `since`, oldest first, optionally of one source.
+pub fn list(conn: &Connection, since: &str, source: Option<&str>) -> rusqlite::Result<Vec<Gap>> {
+    conn.prepare(&format!(
+        "SELECT {GAP_COLUMNS} FROM gaps
+          WHERE ended_at >= ?1 AND (?2 IS NULL OR source = ?2)
+          ORDER BY started_at, id"
+    ))?
+    .query_map(params![since, source], gap)?
+    .collect()
+}
+
+/// One source's row: when it was last seen receiving.
+#[derive(Debug, Clone, Serialize)]
+pub struct Receiving {
+    pub source: String,
+    pub started_at: String,
+    pub heartbeat_at: String,
+    pub stopped_at: Option<String>,
+    pub rejecting_since: Option<String>,
+    pub rejected: i64,
+}
+
+pub fn receiving(conn: &Connection) -> rusqlite::Result<Vec<Receiving>> {
+    conn.prepare(
+        "SELECT source, started_at, heartbeat_at, stopped_at, rejecting_since, rejected
+           FROM receiving ORDER BY source",
+    )?
+    .query_map([], |r| {
+        Ok(Receiving {
+            source: r.get(0)?,
+            started_at: r.get(1)?,
+            heartbeat_at: r.get(2)?,
+            stopped_at: r.get(3)?,
+            rejecting_since: r.get(4)?,
+            rejected: r.get(5)?,
+        })
+    })?
+    .collect()
+}
+
+/// Records that a recovery covered these gaps, and what it did.
+pub fn recovered(conn: &Connection, ids: &[i64], summary: &str, now: &str) -> rusqlite::Result<()> {
+    let mut update =
+        conn.prepare_cached("UPDATE gaps SET recovered_at = ?2, recovery = ?3 WHERE id = ?1")?;
+    for id in ids {
+        update.execute(params![id, now, summary])?;
+    }
+    Ok(())
+}
+
+/// Which of `ids` the inbox holds for this source and account.
+pub fn known(
+    conn: &Connection,
+    source: &str,
+    account: &str,
+    ids: &[String],
+) -> rusqlite::Result<HashSet<String>> {
+    let mut found = HashSet::new();
+    let mut select = conn.prepare_cached(
+        "SELECT 1 FROM events WHERE source = ?1 AND account = ?2 AND event_id = ?3",
+    )?;
+    for id in ids {
+        if select.exists(params![source, account, id])? {
+            found.insert(id.clone());
+        }
+    }
+    Ok(found)
+}
+
+/// A redelivery asked for earlier: when last, and how often.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Requested {
+    pub at: String,
+    pub asked: i64,
+}
+
+/// The redeliveries asked for earlier among `ids`.
+pub fn requests(
+    conn: &Connection,
+    source: &str,
+    account: &str,
+    ids: &[String],
+) -> rusqlite::Result<HashMap<String, Requested>> {
+    let mut found = HashMap::new();
+    let mut select = conn.prepare_cached(
+        "SELECT requested_at, asked FROM recovery_requests
+          WHERE source = ?1 AND account = ?2 AND event_id = ?3",
+    )?;
+    for id in ids {
+        let row = select
+            .query_row(params![source, account, id], |r| {
+                Ok(Requested {
+                    at: r.get(0)?,
+                    asked: r.get(1)?,
+                })
+            })
+            .optional()?;
+        if let Some(r) = row {
+            found.insert(id.clone(), r);
+        }
+    }
+    Ok(found)
+}
+
+/// Records that a redelivery of `id` was asked for at `now`.
+pub fn requested(
+    conn: &Connection,
+    source: &str,
+    account: &str,
+    id: &str,
+    now: &str,
+) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO recovery_requests (source, account, event_id, requested_at)
+         VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (source, account, event_id)
+         DO UPDATE SET requested_at = excluded.requested_at, asked = asked + 1",
+    )?
+    .execute(params![source, account, id, now])?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inbox() -> (tempfile::TempDir, Connection) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("inbox.db");
+        let conn =
+            super::super::open_writer(&path, crate::config::Synchronous::Full, true).unwrap();
+        (dir, conn)
+    }
+
+    fn run(since: &str, last: &str) -> Run {
+        Run {
+            since: since.into(),
+            last: last.into(),
+            refused: vec![(401, 3)],
+        }
+    }
+
+    #[test]
+    fn a_start_finds_the_window_since_the_last_heartbeat_or_the_clean_stop() {
+        let (_dir, conn) = inbox();
+        let sources = ["a".to_owned(), "b".to_owned()];
+        // Never seen receiving: no gap, whatever the clock says.
+        assert!(
+            start(&conn, &sources, "2026-12-01T10:00:00.000Z")
+                .unwrap()
+                .is_empty()
+        );
+        let beats: Vec<Beat> = sources
+            .iter()
+            .map(|s| Beat {
+                source: s.clone(),
+                open: None,
+                closed: vec![],
+            })
+            .collect();
+        beat(&conn, &beats, "2026-12-01T10:00:10.000Z").unwrap();
+        stop(&conn, &sources[..1], "2026-12-01T10:00:12.000Z").unwrap();
+        let gaps = start(&conn, &sources, "2026-12-01T11:00:00.000Z").unwrap();
+        assert_eq!(gaps.len(), 2);
+        assert_eq!(
+            (gaps[0].source.as_str(), gaps[0].started_at.as_str()),
+            ("a", "2026-12-01T10:00:12.000Z")
+        );
+        assert_eq!(gaps[0].detail, "stopped cleanly");
+        assert_eq!(gaps[1].started_at, "2026-12-01T10:00:10.000Z");
+        assert!(gaps[1].detail.contains("crash"), "{}", gaps[1].detail);
+        assert!(
+            gaps.iter()
+                .all(|g| g.ended_at == "2026-12-01T11:00:00.000Z")
+        );
+        // Listed oldest first.
+        let listed = list(&conn, "2026-01-01T00:00:00.000Z", None).unwrap();
+        assert_eq!(listed, [gaps[1].clone(), gaps[0].clone()]);
+        assert_eq!(list(&conn, "2026-12-01T11:00:00.001Z", None).unwrap(), []);
+        assert_eq!(
+            list(&conn, "2026-01-01T00:00:00.000Z", Some("a")).unwrap(),
+            gaps[..1]
+        );
+    }
+
+    #[test]
+    fn an_open_run_of_refusals_extends_the_gap_and_a_closed_one_is_a_gap() {
+        let (_dir, conn) = inbox();
+        let sources = ["a".to_owned()];
+        start(&conn, &sources, "2026-12-01T09:00:00.000Z").unwrap();
+        let closed = beat(
+            &conn,
+            &[Beat {
+                source: "a".into(),
+                open: Some(run("2026-12-01T09:30:00.000Z", "2026-12-01T09:59:00.000Z")),
+                closed: vec![run("2026-12-01T09:10:00.000Z", "2026-12-01T09:20:00.000Z")],
+            }],
+            "2026-12-01T10:00:00.000Z",
+        )
+        .unwrap();
+        assert_eq!(closed.len(), 1);
+        assert_eq!(closed[0].kind, "rejecting");
+        assert_eq!(closed[0].detail, "refused 3 requests (401 ×3)");
+        let gaps = start(&conn, &sources, "2026-12-01T11:00:00.000Z").unwrap();
+        assert_eq!(gaps[0].started_at, "2026-12-01T09:30:00.000Z");
+        assert!(
+            gaps[0]
+                .detail
+                .starts_with("refused 3 requests (401 ×3), then down")
+        );
+        let row = &receiving(&conn).unwrap()[0];
+        assert_eq!((row.rejecting_since.as_deref(), row.rejected), (None, 0));
+    }
+
+    #[test]
+    fn requests_count_how_often_a_redelivery_was_asked_for() {
+        let (_dir, conn) = inbox();
+        let ids = ["g1".to_owned(), "g2".to_owned()];
+        requested(&conn, "gh", "", "g1", "2026-12-01T10:00:00.000Z").unwrap();
+        requested(&conn, "gh", "", "g1", "2026-12-01T10:05:00.000Z").unwrap();
+        let found = requests(&conn, "gh", "", &ids).unwrap();
+        assert_eq!(
+            found.get("g1"),
+            Some(&Requested {
+                at: "2026-12-01T10:05:00.000Z".into(),
+                asked: 2
+            })
+        );
+        assert!(!found.contains_key("g2"));
+        assert!(requests(&conn, "gh", "other", &ids).unwrap().is_empty());
+    }
+}
