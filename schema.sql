@@ -315,6 +315,7 @@ CREATE TABLE recovery_requests (
     account      TEXT NOT NULL,
     event_id     TEXT NOT NULL,
     requested_at TEXT NOT NULL,               -- the last time it was asked for
+    delivery     INTEGER NOT NULL,            -- the provider's delivery id asked for then
     asked        INTEGER NOT NULL DEFAULT 1,  -- how often
     PRIMARY KEY (source, account, event_id)
 );

@@ -128,11 +128,14 @@ pub fn run(config: &Config, db: &Path, args: &Args, out: &mut impl Write) -> any
                 .finish();
             Some(done)
         };
-        // Gaps that lie inside the window are now recovered.
-        if let Some(done) = &done
-            && done.errors.is_empty()
-        {
-            let summary = done.summary(&plan);
+        // Gaps that lie inside the window are now recovered (also when nothing was
+        // missing); not after a dry run, nor when something failed.
+        let recovered = match &done {
+            Some(done) => done.errors.is_empty().then(|| done.summary(&plan)),
+            None if !args.dry_run => Some(recover::Done::default().summary(&plan)),
+            None => None,
+        };
+        if let Some(summary) = recovered {
             let (name, from, until) = (
                 source.name.clone(),
                 clock::iso_from_unix(window.from),

@@ -440,7 +440,14 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         recover_task.abort();
         let _ = recover_task.await;
         let _ = heartbeat_stop.send(true);
-        let _ = heartbeat_task.await;
+        // Bounded like the writer's flush: a stalled disk must not hold the shutdown.
+        let heartbeat_abort = heartbeat_task.abort_handle();
+        if tokio::time::timeout(WRITER_FLUSH_TIMEOUT, heartbeat_task)
+            .await
+            .is_err()
+        {
+            heartbeat_abort.abort();
+        }
         let _ = admin_stop.send(());
         let _ = admin_task.await;
         // Every Writer handle is gone with the listeners' handlers and the worker: the

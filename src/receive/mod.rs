@@ -410,7 +410,12 @@ impl listener::Handler for Receiver {
             Outcome::Accepted(_) | Outcome::Duplicate(_) | Outcome::Conflict(_) => {
                 source.watch.accepted();
             }
-            Outcome::Rejected(reject) if reject.is_auth() => source.watch.refused(401),
+            // A signature or a time that does not match: what a rotated secret or a wrong
+            // clock looks like. A request without the scheme's headers is not the provider
+            // (anyone can send one), so it opens no run.
+            Outcome::Rejected(
+                Reject::NoMatch | Reject::TooOld | Reject::TooNew | Reject::BadToken,
+            ) => source.watch.refused(401),
             Outcome::Unavailable(_) | Outcome::KeyUnavailable(_) | Outcome::Overloaded => {
                 source.watch.refused(503);
             }

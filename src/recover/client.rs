@@ -186,7 +186,7 @@ impl Client {
                 if attempt == TRIES || wait > MAX_WAIT {
                     return Err(ApiError::RateLimited {
                         provider: self.provider,
-                        until: clock::iso_from_unix(clock::unix_now() + wait.as_secs() as i64),
+                        until: until(wait),
                     });
                 }
                 self.sleep(wait).await?;
@@ -244,7 +244,7 @@ impl Client {
         if wait > MAX_WAIT {
             return Err(ApiError::RateLimited {
                 provider: self.provider,
-                until: clock::iso_from_unix(clock::unix_now() + wait.as_secs() as i64),
+                until: until(wait),
             });
         }
         tokio::time::sleep(wait).await;
@@ -280,6 +280,12 @@ impl Client {
     }
 }
 
+/// When a wait of `wait` from now ends, as inbox text (a provider's huge value saturates).
+fn until(wait: Duration) -> String {
+    let secs = i64::try_from(wait.as_secs()).unwrap_or(i64::MAX);
+    clock::iso_from_unix(clock::unix_now().saturating_add(secs))
+}
+
 /// Some(wait) when the answer is a rate limit: the wait it asks for, if it says.
 fn rate_limited(answer: &Answer, now: i64) -> Option<Option<Duration>> {
     let status = answer.status;
@@ -309,7 +315,9 @@ fn rate_limited(answer: &Answer, now: i64) -> Option<Option<Duration>> {
     let reset = number(&answer.headers, "x-ratelimit-reset");
     Some(match (remaining, reset) {
         // A second past the reset: GitHub's clock and ours are not the same clock.
-        (Some(0), Some(reset)) => Some(Duration::from_secs((reset - now).max(0) as u64 + 1)),
+        (Some(0), Some(reset)) => Some(Duration::from_secs(
+            (reset.saturating_sub(now).max(0) as u64).saturating_add(1),
+        )),
         _ => None,
     })
 }

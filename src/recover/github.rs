@@ -31,6 +31,12 @@ const PER_PAGE: u32 = 100;
 /// the 30 days GitHub keeps.
 const MAX_PAGES: usize = 1000;
 
+/// The most characters of GitHub's words about a delivery kept.
+const MAX_STATUS: usize = 100;
+/// The most deliveries listed for one window: more than a hook makes in the 30 days GitHub
+/// keeps, and a bound on what an answer can make hookinbox hold.
+const MAX_LISTED: usize = 200_000;
+
 pub struct GitHub {
     source: Arc<Source>,
     client: Client,
@@ -120,9 +126,11 @@ impl GitHub {
                         provider: "github",
                         what: format!("delivered_at {:?}", d.delivered_at),
                     })?;
-                // Newest first: past the window's start, the rest is older still.
+                // Newest first: past the window's start, the rest is older still. Attempts
+                // after the window are kept: a redelivery made since says the event was
+                // tried again (`plan` keeps the events with an attempt inside).
                 older |= at < window.from;
-                if !window.contains(at) {
+                if at < window.from {
                     continue;
                 }
                 let Ok(event_id) = crate::scheme::check_id(d.guid) else {
@@ -132,10 +140,18 @@ impl GitHub {
                     (Some(e), _) => Some(e),
                     (None, a) => a,
                 };
+                // Provider text, shown in tables and logs: bounded.
+                let said: String = d.status.chars().take(MAX_STATUS).collect();
                 let status = match d.status_code {
-                    Some(code) if code > 0 => format!("{code} {}", d.status),
-                    _ => d.status,
+                    Some(code) if code > 0 => format!("{code} {said}"),
+                    _ => said,
                 };
+                if found.len() == MAX_LISTED {
+                    return Err(ApiError::Other(format!(
+                        "more than {MAX_LISTED} deliveries for one window; recover a shorter one"
+                    )));
+                }
+                let event_type = event_type.map(|t| t.chars().take(MAX_STATUS).collect());
                 found.push(Candidate {
                     event_id,
                     at,

@@ -93,10 +93,20 @@ pub struct Candidate {
 
 #[derive(Debug, Clone)]
 pub enum Found {
-    /// The provider can send it again: this delivery's id.
+    /// The provider can send it again: this delivery's id (ids grow with each attempt).
     Redelivery(u64),
     /// The event's JSON, as the API gave it.
     Fetched(Bytes),
+}
+
+impl Found {
+    /// Which of two attempts made in the same second is the later one.
+    fn order(&self) -> u64 {
+        match self {
+            Found::Redelivery(id) => *id,
+            Found::Fetched(_) => 0,
+        }
+    }
 }
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -211,26 +221,59 @@ impl Plan {
     }
 }
 
+/// How long a redelivery asked for may take to show in the provider's log before it is
+/// asked for again (counting towards [`MAX_ASKS`]): GitHub makes one within seconds.
+pub const REDELIVERY_WAIT: Duration = Duration::from_secs(600);
+
 /// Lists what the provider holds for `window` and compares it with the inbox. Reads only.
+///
+/// A window older than the source's `keep_identity` is cut there: before it the inbox no
+/// longer knows what it held, and would take every listed event for a missing one.
 pub async fn plan(
     api: &dyn Api,
     source: &Source,
     window: Window,
     inbox: &Inbox,
 ) -> anyhow::Result<Plan> {
-    let asked = window.widened();
+    let now = clock::unix_now();
+    let remembered =
+        now.saturating_sub(i64::try_from(source.keep_identity.as_secs()).unwrap_or(i64::MAX));
+    let mut asked = window.widened();
+    if asked.from < remembered {
+        tracing::warn!(
+            source = source.name,
+            from = clock::iso_from_unix(asked.from),
+            "recovering from keep_identity ago only: the inbox has forgotten what came before"
+        );
+        asked.from = remembered;
+    }
+    if asked.from > asked.until {
+        anyhow::bail!(
+            "the window lies before the source's keep_identity: the inbox cannot tell what it held then"
+        );
+    }
     let listed = api.list(asked).await?;
-    // One entry per event: GitHub lists every attempt; the newest says the most.
-    let mut newest: HashMap<String, Candidate> = HashMap::new();
-    for c in listed.into_iter().filter(|c| asked.contains(c.at)) {
-        match newest.get(&c.event_id) {
-            Some(seen) if seen.at >= c.at => {}
-            _ => {
-                newest.insert(c.event_id.clone(), c);
+    // One entry per event, the newest attempt (GitHub lists every attempt, redeliveries
+    // after the window too), for the events with an attempt inside the window.
+    let mut newest: HashMap<String, (Candidate, bool)> = HashMap::new();
+    for c in listed {
+        let inside = asked.contains(c.at);
+        match newest.get_mut(&c.event_id) {
+            Some((seen, any_inside)) => {
+                *any_inside |= inside;
+                if (c.at, c.found.order()) > (seen.at, seen.found.order()) {
+                    *seen = c;
+                }
+            }
+            None => {
+                newest.insert(c.event_id.clone(), (c, inside));
             }
         }
     }
-    let mut candidates: Vec<Candidate> = newest.into_values().collect();
+    let mut candidates: Vec<Candidate> = newest
+        .into_values()
+        .filter_map(|(c, inside)| inside.then_some(c))
+        .collect();
     candidates.sort_by(|a, b| (a.at, &a.event_id).cmp(&(b.at, &b.event_id)));
     let ids: Vec<String> = candidates.iter().map(|c| c.event_id.clone()).collect();
     let (name, account) = (source.name.clone(), source.account.clone());
@@ -266,13 +309,27 @@ pub async fn plan(
             status: c.status,
             found: c.found,
         };
-        match (&item.found, requested.get(&item.event_id)) {
-            (Found::Fetched(_), _) => plan.store.push(item),
-            (Found::Redelivery(_), None) => plan.redeliver.push(item),
-            (Found::Redelivery(_), Some(r)) if r.asked >= MAX_ASKS => plan.given_up.push(item),
-            // The provider has not tried since it was asked: the redelivery is on its way.
-            (Found::Redelivery(_), Some(r)) if item.at <= r.at => plan.waiting.push(item),
-            (Found::Redelivery(_), Some(_)) => plan.redeliver.push(item),
+        let Found::Redelivery(newest) = item.found else {
+            plan.store.push(item);
+            continue;
+        };
+        match requested.get(&item.event_id) {
+            None => plan.redeliver.push(item),
+            Some(r) => {
+                // The provider tried since it was asked (a newer attempt, which did not
+                // reach the inbox), or took too long to try at all: ask again, up to
+                // MAX_ASKS times.
+                let tried_since = i64::try_from(newest).unwrap_or(i64::MAX) > r.delivery;
+                let overdue = clock::unix_from_iso(&r.at)
+                    .is_some_and(|at| now.saturating_sub(at) > REDELIVERY_WAIT.as_secs() as i64);
+                if r.asked >= MAX_ASKS && (tried_since || overdue) {
+                    plan.given_up.push(item);
+                } else if tried_since || overdue {
+                    plan.redeliver.push(item);
+                } else {
+                    plan.waiting.push(item);
+                }
+            }
         }
     }
     Ok(plan)
@@ -359,15 +416,24 @@ pub async fn carry_out(
             asks.spawn(async move { (id, delivery, api.redeliver(delivery).await) });
         }
         while let Some(joined) = asks.join_next().await {
-            let Ok((id, delivery, result)) = joined else {
-                continue;
+            let (id, delivery, result) = match joined {
+                Ok(done) => done,
+                Err(e) => {
+                    failed();
+                    done.errors
+                        .push(format!("a redelivery request stopped: {e}"));
+                    continue;
+                }
             };
             match result {
                 Ok(()) => {
                     let (name, account, id2) =
                         (source.name.clone(), source.account.clone(), id.clone());
+                    let asked_for = i64::try_from(delivery).unwrap_or(i64::MAX);
                     let recorded = inbox
-                        .run(move |conn, now| gaps::requested(conn, &name, &account, &id2, now))
+                        .run(move |conn, now| {
+                            gaps::requested(conn, &name, &account, &id2, asked_for, now)
+                        })
                         .await;
                     if let Err(e) = recorded {
                         // Asked all the same: the next run may ask once more, which at worst
@@ -469,15 +535,7 @@ pub async fn recover_window(
                 .inc();
             let summary = format!("failed at {}: {e:#}", clock::iso_now());
             let _ = inbox
-                .run(move |conn, _| {
-                    conn.prepare_cached("UPDATE gaps SET recovery = ?2 WHERE id = ?1")
-                        .and_then(|mut update| {
-                            for id in &gap_ids {
-                                update.execute(rusqlite::params![id, summary])?;
-                            }
-                            Ok(())
-                        })
-                })
+                .run(move |conn, _| gaps::note(conn, &gap_ids, &summary))
                 .await;
             return Err(e);
         }
@@ -485,8 +543,109 @@ pub async fn recover_window(
     let done = carry_out(api, source, &plan, inbox, metrics, &|| {}).await;
     let summary = done.summary(&plan);
     let text = summary.clone();
+    if !done.errors.is_empty() {
+        // Not recovered yet: what failed is asked for again by the next try, and what went
+        // through is not (the inbox holds it, or it is recorded as asked for).
+        let text = format!("partly failed at {}: {text}", clock::iso_now());
+        inbox
+            .run(move |conn, _| gaps::note(conn, &gap_ids, &text))
+            .await?;
+        anyhow::bail!("{summary}: {}", done.errors.join("; "));
+    }
     inbox
         .run(move |conn, now| gaps::recovered(conn, &gap_ids, &text, now))
         .await?;
     Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A provider log held in memory: `plan` is what is under test here, not an API.
+    struct Log(Vec<Candidate>);
+
+    impl Api for Log {
+        fn provider(&self) -> &'static str {
+            "github"
+        }
+        fn list(&self, _: Window) -> BoxFuture<'_, Result<Vec<Candidate>, ApiError>> {
+            Box::pin(async { Ok(self.0.clone()) })
+        }
+        fn redeliver(&self, _: u64) -> BoxFuture<'_, Result<(), ApiError>> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    fn attempt(guid: &str, at: i64, delivery: u64) -> Candidate {
+        Candidate {
+            event_id: guid.into(),
+            at,
+            event_type: Some("push".into()),
+            status: "failed to connect".into(),
+            found: Found::Redelivery(delivery),
+        }
+    }
+
+    fn source() -> Source {
+        let text = "[store]\npath = \"inbox.db\"\n[[sources]]\nname = \"gh\"\nscheme = \"github\"\n\
+                    secrets = [\"s\"]\n";
+        crate::config::from_str(text, std::path::Path::new("/nonexistent/h.toml"), None)
+            .unwrap()
+            .sources
+            .remove(0)
+    }
+
+    #[tokio::test]
+    async fn the_plan_asks_once_waits_for_the_provider_and_gives_up_after_three_asks() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = crate::store::open_writer(
+            &dir.path().join("inbox.db"),
+            crate::config::Synchronous::Full,
+            true,
+        )
+        .unwrap();
+        let inbox = Inbox::Direct(Arc::new(std::sync::Mutex::new(conn)));
+        let source = source();
+        let now = clock::unix_now();
+        let window = Window {
+            from: now - 3600,
+            until: now - 600,
+        };
+        let record = |guid: &'static str, delivery: i64, asked: i64, ago: i64| {
+            let at = clock::iso_from_unix(now - ago);
+            inbox.run(move |conn, _| {
+                for _ in 0..asked {
+                    gaps::requested(conn, "gh", "", guid, delivery, &at)?;
+                }
+                Ok(())
+            })
+        };
+        record("asked-waiting", 20, 1, 60).await.unwrap();
+        record("asked-tried-again", 30, 1, 60).await.unwrap();
+        record("asked-overdue", 40, 1, 3600).await.unwrap();
+        record("asked-thrice", 50, 3, 60).await.unwrap();
+        let log = Log(vec![
+            attempt("new", now - 1800, 10),
+            // Its redelivery failed after the window: the newest attempt is outside it.
+            attempt("asked-tried-again", now - 1800, 30),
+            attempt("asked-tried-again", now - 60, 31),
+            attempt("asked-waiting", now - 1800, 20),
+            attempt("asked-overdue", now - 1800, 40),
+            attempt("asked-thrice", now - 1800, 50),
+            attempt("asked-thrice", now - 30, 51),
+            // Only after the window: not this window's business.
+            attempt("later", now - 30, 60),
+        ]);
+        let plan = plan(&log, &source, window, &inbox).await.unwrap();
+        let ids =
+            |items: &[Item]| -> Vec<String> { items.iter().map(|i| i.event_id.clone()).collect() };
+        assert_eq!(
+            ids(&plan.redeliver),
+            ["asked-overdue", "new", "asked-tried-again"]
+        );
+        assert_eq!(ids(&plan.waiting), ["asked-waiting"]);
+        assert_eq!(ids(&plan.given_up), ["asked-thrice"]);
+        assert_eq!(plan.listed, 5);
+    }
 }

@@ -21,9 +21,14 @@ use crate::store::writer::Writer;
 
 /// How long after a failed recovery it is tried again.
 pub const RETRY_FAILED: Duration = Duration::from_secs(300);
-/// The safety net stops this far short of now: a delivery the provider is making this
-/// minute is not missing yet.
+/// The safety net stops this far short of now (and its window's margin further): a
+/// delivery the provider is making this minute is not missing yet.
 pub const SETTLE: Duration = Duration::from_secs(60);
+/// The least time between two recoveries of a source's gaps: a run of refusals can end
+/// every few seconds (a forged request between genuine ones is one), and each recovery
+/// costs API calls out of the provider's rate limit. Gaps that arrive meanwhile are
+/// recovered together.
+pub const GAP_SPACING: Duration = Duration::from_secs(60);
 
 /// One source's recovery state.
 struct Pending {
@@ -33,12 +38,16 @@ struct Pending {
     /// The safety net has covered time up to here (unix seconds).
     covered_until: i64,
     next_net: Instant,
+    /// The `every` the safety net is timed by (None until the source's config is seen).
+    every: Option<Duration>,
+    /// When its gaps were last recovered (or tried).
+    last_gaps: Option<Instant>,
 }
 
 /// Runs until `stop` turns true. `at_start` are the gaps `serve` found when it started;
 /// `found` brings those recorded later (runs of refusals that ended).
 pub async fn run(
-    sources: watch::Receiver<Vec<Arc<Source>>>,
+    mut sources: watch::Receiver<Vec<Arc<Source>>>,
     writer: Writer,
     metrics: Arc<Metrics>,
     at_start: Vec<Gap>,
@@ -62,26 +71,35 @@ pub async fn run(
             .inc();
         let s = state
             .entry(gap.source.clone())
-            .or_insert_with(|| fresh(started, None));
+            .or_insert_with(|| fresh(started));
         s.gaps.push(gap);
-        s.retry_at = Some(Instant::now());
+        let spaced = s.last_gaps.map(|at| at + GAP_SPACING);
+        s.retry_at = Some(spaced.map_or_else(Instant::now, |at| at.max(Instant::now())));
     };
     for gap in at_start {
         add(&mut state, gap);
     }
     loop {
         let configured: Vec<Arc<Source>> = sources
-            .borrow()
+            .borrow_and_update()
             .iter()
             .filter(|s| s.recover.is_some())
             .cloned()
             .collect();
         // Sources without recover keep their gaps listed, and nothing is asked for.
         state.retain(|name, _| configured.iter().any(|s| &s.name == name));
-        for s in &configured {
-            state
-                .entry(s.name.clone())
-                .or_insert_with(|| fresh(started, s.recover.as_ref().map(|r| r.every)));
+        for source in &configured {
+            let every = source.recover.as_ref().map(|r| r.every);
+            let s = state
+                .entry(source.name.clone())
+                .or_insert_with(|| fresh(started));
+            // First seen, or changed by a reload: the next safety net is timed by it.
+            if let Some(every) = every
+                && s.every != Some(every)
+            {
+                s.every = Some(every);
+                s.next_net = s.next_net.min(Instant::now() + every);
+            }
         }
         let now = Instant::now();
         for source in &configured {
@@ -105,6 +123,7 @@ pub async fn run(
                         .unwrap_or(started),
                 };
                 let ids = s.gaps.iter().map(|g| g.id).collect();
+                s.last_gaps = Some(Instant::now());
                 match once(source, window, ids, &inbox, &metrics).await {
                     true => {
                         s.gaps.clear();
@@ -114,7 +133,9 @@ pub async fn run(
                 }
             }
             if s.next_net <= now {
-                let until = clock::unix_now() - SETTLE.as_secs() as i64;
+                // The window is widened by MARGIN when the provider is asked: stop short
+                // of that too.
+                let until = clock::unix_now() - (SETTLE + super::MARGIN).as_secs() as i64;
                 let window = Window {
                     from: s.covered_until.min(until),
                     until,
@@ -133,7 +154,6 @@ pub async fn run(
             .flatten()
             .min()
             .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
-        let mut sources_changed = sources.clone();
         tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
             gap = found.recv() => match gap {
@@ -141,17 +161,19 @@ pub async fn run(
                 None => return,
             },
             _ = tokio::time::sleep_until(wake) => {}
-            _ = sources_changed.changed() => {}
+            changed = sources.changed() => if changed.is_err() { return },
         }
     }
 }
 
-fn fresh(started: i64, every: Option<Duration>) -> Pending {
+fn fresh(started: i64) -> Pending {
     Pending {
         gaps: Vec::new(),
         retry_at: None,
         covered_until: started,
-        next_net: Instant::now() + every.unwrap_or(crate::config::DEFAULT_RECOVER_EVERY),
+        next_net: Instant::now() + crate::config::DEFAULT_RECOVER_EVERY,
+        every: None,
+        last_gaps: None,
     }
 }
 

@@ -25,6 +25,9 @@ use crate::config::{RecoverApi, Source};
 const LIMIT: u32 = 100;
 /// Pages read at most for one window (100,000 events).
 const MAX_PAGES: usize = 1000;
+/// The most bytes of events held for one window: a small VM's share, and a bound on what
+/// an answer can make hookinbox hold. A longer outage is recovered in shorter windows.
+const MAX_FETCHED: usize = 256 * 1024 * 1024;
 
 pub struct Stripe {
     source: Arc<Source>,
@@ -76,6 +79,7 @@ impl Stripe {
             .id_rule()
             .ok_or_else(|| ApiError::Other("the stripe scheme has no id rule".into()))?;
         let mut found = Vec::new();
+        let mut fetched = 0usize;
         let mut after: Option<String> = None;
         for _ in 0..MAX_PAGES {
             let mut url = self.client.url("v1/events")?;
@@ -108,6 +112,13 @@ impl Stripe {
             let no_headers = HeaderMap::new();
             for raw in &page.data {
                 let event: Event = serde_json::from_str(raw.get()).map_err(malformed)?;
+                fetched += raw.get().len();
+                if fetched > MAX_FETCHED {
+                    return Err(ApiError::Other(format!(
+                        "more than {} MiB of events for one window; recover a shorter one",
+                        MAX_FETCHED >> 20
+                    )));
+                }
                 let body = Bytes::copy_from_slice(raw.get().as_bytes());
                 // The identity exactly as the webhook's would be: the source's id rule over
                 // the same JSON.
@@ -127,7 +138,7 @@ impl Stripe {
                 found.push(Candidate {
                     event_id,
                     at: event.created,
-                    event_type: event.event_type,
+                    event_type: event.event_type.map(|t| t.chars().take(100).collect()),
                     status,
                     found: Found::Fetched(body),
                 });

@@ -144,7 +144,7 @@ pub async fn heartbeat(
         let beats = watch.beats(&names);
         let sent = beats.clone();
         let result = writer
-            .job(move |conn, now| {
+            .quiet_job(move |conn, now| {
                 let gaps = gaps::beat(conn, &sent, now)?;
                 if stopping {
                     gaps::stop(conn, &names, now)?;

@@ -288,6 +288,16 @@ pub fn recovered(conn: &Connection, ids: &[i64], summary: &str, now: &str) -> ru
     Ok(())
 }
 
+/// Records what a recovery of these gaps did without marking them recovered (it failed, or
+/// partly): the next one tries again.
+pub fn note(conn: &Connection, ids: &[i64], summary: &str) -> rusqlite::Result<()> {
+    let mut update = conn.prepare_cached("UPDATE gaps SET recovery = ?2 WHERE id = ?1")?;
+    for id in ids {
+        update.execute(params![id, summary])?;
+    }
+    Ok(())
+}
+
 /// Which of `ids` the inbox holds for this source and account.
 pub fn known(
     conn: &Connection,
@@ -307,10 +317,12 @@ pub fn known(
     Ok(found)
 }
 
-/// A redelivery asked for earlier: when last, and how often.
+/// A redelivery asked for earlier: when last, of which delivery, and how often.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Requested {
     pub at: String,
+    /// The provider's id of the delivery asked for; its redelivery gets a higher one.
+    pub delivery: i64,
     pub asked: i64,
 }
 
@@ -323,7 +335,7 @@ pub fn requests(
 ) -> rusqlite::Result<HashMap<String, Requested>> {
     let mut found = HashMap::new();
     let mut select = conn.prepare_cached(
-        "SELECT requested_at, asked FROM recovery_requests
+        "SELECT requested_at, delivery, asked FROM recovery_requests
           WHERE source = ?1 AND account = ?2 AND event_id = ?3",
     )?;
     for id in ids {
@@ -331,7 +343,8 @@ pub fn requests(
             .query_row(params![source, account, id], |r| {
                 Ok(Requested {
                     at: r.get(0)?,
-                    asked: r.get(1)?,
+                    delivery: r.get(1)?,
+                    asked: r.get(2)?,
                 })
             })
             .optional()?;
@@ -342,21 +355,24 @@ pub fn requests(
     Ok(found)
 }
 
-/// Records that a redelivery of `id` was asked for at `now`.
+/// Records that a redelivery of `id` (the provider's delivery `delivery`) was asked for at
+/// `now`.
 pub fn requested(
     conn: &Connection,
     source: &str,
     account: &str,
     id: &str,
+    delivery: i64,
     now: &str,
 ) -> rusqlite::Result<()> {
     conn.prepare_cached(
-        "INSERT INTO recovery_requests (source, account, event_id, requested_at)
-         VALUES (?1, ?2, ?3, ?4)
+        "INSERT INTO recovery_requests (source, account, event_id, requested_at, delivery)
+         VALUES (?1, ?2, ?3, ?4, ?5)
          ON CONFLICT (source, account, event_id)
-         DO UPDATE SET requested_at = excluded.requested_at, asked = asked + 1",
+         DO UPDATE SET requested_at = excluded.requested_at, delivery = excluded.delivery,
+                       asked = asked + 1",
     )?
-    .execute(params![source, account, id, now])?;
+    .execute(params![source, account, id, now, delivery])?;
     Ok(())
 }
 
@@ -456,13 +472,14 @@ mod tests {
     fn requests_count_how_often_a_redelivery_was_asked_for() {
         let (_dir, conn) = inbox();
         let ids = ["g1".to_owned(), "g2".to_owned()];
-        requested(&conn, "gh", "", "g1", "2026-12-01T10:00:00.000Z").unwrap();
-        requested(&conn, "gh", "", "g1", "2026-12-01T10:05:00.000Z").unwrap();
+        requested(&conn, "gh", "", "g1", 7, "2026-12-01T10:00:00.000Z").unwrap();
+        requested(&conn, "gh", "", "g1", 9, "2026-12-01T10:05:00.000Z").unwrap();
         let found = requests(&conn, "gh", "", &ids).unwrap();
         assert_eq!(
             found.get("g1"),
             Some(&Requested {
                 at: "2026-12-01T10:05:00.000Z".into(),
+                delivery: 9,
                 asked: 2
             })
         );

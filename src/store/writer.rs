@@ -67,6 +67,9 @@ trait Job: Send {
     fn answer(self: Box<Self>, batch_error: Option<WriteError>);
     /// Whether this job stores a webhook event (for the batch-size metric).
     fn is_event(&self) -> bool;
+    /// Whether this job is housekeeping too small to count as activity (the heartbeat):
+    /// it does not keep the idle checkpoint from running.
+    fn is_quiet(&self) -> bool;
 }
 
 struct Task<T, F> {
@@ -74,6 +77,7 @@ struct Task<T, F> {
     result: Option<Result<T, WriteError>>,
     reply: oneshot::Sender<Result<T, WriteError>>,
     event: bool,
+    quiet: bool,
 }
 
 impl<T, F> Job for Task<T, F>
@@ -100,6 +104,10 @@ where
 
     fn is_event(&self) -> bool {
         self.event
+    }
+
+    fn is_quiet(&self) -> bool {
+        self.quiet
     }
 }
 
@@ -215,6 +223,17 @@ impl Writer {
         self.submit(false, true, work).await
     }
 
+    /// [`Writer::job`] for a small periodic write (the heartbeat) that must not count as
+    /// activity: were it to, a heartbeat every few seconds would keep the idle checkpoint
+    /// from ever running, and the WAL from ever being truncated.
+    pub async fn quiet_job<T, F>(&self, work: F) -> Result<T, WriteError>
+    where
+        T: Send + 'static,
+        F: FnMut(&Connection, &str) -> rusqlite::Result<T> + Send + 'static,
+    {
+        self.send(false, true, true, work).await
+    }
+
     /// Asks for a WAL checkpoint, done only if the writer has had nothing to do for
     /// [`IDLE_BEFORE_CHECKPOINT`].
     pub async fn checkpoint_if_idle(&self) {
@@ -234,12 +253,27 @@ impl Writer {
         T: Send + 'static,
         F: FnMut(&Connection, &str) -> rusqlite::Result<T> + Send + 'static,
     {
+        self.send(event, wait_for_room, false, work).await
+    }
+
+    async fn send<T, F>(
+        &self,
+        event: bool,
+        wait_for_room: bool,
+        quiet: bool,
+        work: F,
+    ) -> Result<T, WriteError>
+    where
+        T: Send + 'static,
+        F: FnMut(&Connection, &str) -> rusqlite::Result<T> + Send + 'static,
+    {
         let (reply, answer) = oneshot::channel();
         let op = Op::Job(Box::new(Task {
             work,
             result: None,
             reply,
             event,
+            quiet,
         }));
         if wait_for_room {
             self.tx.send(op).await.map_err(|_| WriteError::Stopped)?;
@@ -326,14 +360,13 @@ impl Loop {
             self.last_job = Instant::now();
             self.wal_dirty = true;
         }
-        if jobs.is_empty()
-            && checkpoint
-            && self.wal_dirty
-            && self.last_job.elapsed() >= IDLE_BEFORE_CHECKPOINT
-        {
-            self.checkpoint();
-        }
         let events = jobs.iter().filter(|j| j.is_event()).count();
+        let quiet = !jobs.is_empty() && jobs.iter().all(|j| j.is_quiet());
+        // Decided before the batch: housekeeping alone (a heartbeat arriving with the
+        // checkpoint's offer, both on 10 s timers) does not make the writer busy.
+        let checkpoint = checkpoint
+            && (jobs.is_empty() || quiet)
+            && self.last_job.elapsed() >= IDLE_BEFORE_CHECKPOINT;
         let batch_error = if jobs.is_empty() {
             // Only pings. After a failure nothing else would prove the inbox healthy again
             // if no traffic arrives (a load balancer may be holding it back because of
@@ -356,6 +389,12 @@ impl Loop {
                         .writer_commit_seconds
                         .observe(started.elapsed().as_secs_f64());
                     self.health.last_commit_ok.store(true, Ordering::Relaxed);
+                    if quiet {
+                        // Written, so a checkpoint is due, but not activity: the idle
+                        // clock keeps running.
+                        self.written = self.conn.as_ref().map_or(0, Connection::total_changes);
+                        self.wal_dirty = true;
+                    }
                     // Committed but refused: the caller hears 503 and the provider's retry
                     // finds a duplicate. Safe, which is what the sweep checks.
                     (events > 0 && crate::failpoint::error("writer.after_commit"))
@@ -367,6 +406,9 @@ impl Loop {
                 }
             }
         };
+        if checkpoint && self.wal_dirty && batch_error.is_none() {
+            self.checkpoint();
+        }
         for job in jobs {
             job.answer(batch_error.clone());
         }

@@ -585,3 +585,71 @@ async fn a_run_of_401s_is_a_gap_and_serve_recovers_it_once_the_secret_is_right()
     );
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn after_a_downtime_serve_stores_stripes_missing_events_by_itself() {
+    let port = free_port();
+    let sink = Sink::start(|_, _| Reply::Status(200)).await;
+    let fake = FakeStripe::start(
+        STRIPE_KEY,
+        STRIPE_SECRET,
+        &format!("http://127.0.0.1:{port}/hooks/stripe"),
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("inbox.db");
+    let config = dir.path().join("hookinbox.toml");
+    let server =
+        format!("[server]\nlisten = \"127.0.0.1:{port}\"\n[admin]\nlisten = \"127.0.0.1:0\"\n");
+    std::fs::write(
+        &config,
+        config_text(&server, &db, &stripe_source(&fake, &sink)),
+    )
+    .unwrap();
+
+    let first = Proc::spawn(&config);
+    fake.create("evt_before", "charge.succeeded", clock_now(), false);
+    assert_eq!(fake.send_webhook("evt_before", false).await, 200);
+    // A clean stop this time: the gap starts at the stop marker.
+    assert!(first.sigterm().success());
+    for id in ["evt_down_1", "evt_down_2"] {
+        fake.create(id, "charge.succeeded", clock_now(), false);
+        assert_eq!(fake.send_webhook(id, false).await, 0, "hookinbox is down");
+    }
+    let second = Proc::spawn(&config);
+    eventually("the missed events stored", Duration::from_secs(20), || {
+        event_ids(&db, "stripe").len() == 3
+    })
+    .await;
+    let conn = open_read(&db);
+    let api: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM events WHERE origin = 'api'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(api, 2);
+    let (kind, detail): (String, String) = conn
+        .query_row("SELECT kind, detail FROM gaps", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
+    assert_eq!(
+        (kind.as_str(), detail.as_str()),
+        ("down", "stopped cleanly")
+    );
+    eventually("every event at the app", Duration::from_secs(20), || {
+        sink.received()
+            .iter()
+            .map(|r| r.header("x-hookinbox-event-id").to_owned())
+            .collect::<BTreeSet<_>>()
+            .len()
+            == 3
+    })
+    .await;
+    // Stripe's own retry, once hookinbox is back: a duplicate of the fetched event.
+    assert_eq!(fake.send_webhook("evt_down_1", false).await, 200);
+    assert_eq!(event_ids(&db, "stripe").len(), 3);
+    second.sigterm();
+}
