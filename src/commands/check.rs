@@ -60,6 +60,8 @@ struct SourceReport {
     event_id: Option<String>,
     /// `expect_every`, in words: silent after this long without an event.
     expect_every: Option<String>,
+    /// What fills the source's gaps (`recover`), in words; null without it.
+    recover: Option<String>,
     targets: Vec<TargetReport>,
 }
 
@@ -82,6 +84,31 @@ enum To {
     Command(Vec<String>),
 }
 
+/// "github repository octo/app hook 123 at https://api.github.com/, every 1h"
+fn recover_line(r: &crate::config::Recover) -> String {
+    use crate::config::{GitHubHook, RecoverApi};
+    let what = match &r.api {
+        RecoverApi::GitHub { hook, .. } => match hook {
+            GitHubHook::Repo { repo, hook_id } => {
+                format!("github: redeliveries of repository {repo}'s hook {hook_id}")
+            }
+            GitHubHook::Org { org, hook_id } => {
+                format!("github: redeliveries of organisation {org}'s hook {hook_id}")
+            }
+            GitHubHook::App => "github: redeliveries of the App's hook".to_owned(),
+        },
+        RecoverApi::Stripe { types, .. } if types.is_empty() => "stripe: missing events".into(),
+        RecoverApi::Stripe { types, .. } => {
+            format!("stripe: missing events of {}", types.join(", "))
+        }
+    };
+    format!(
+        "{what} from {}, after each gap and every {}",
+        r.base,
+        humantime::format_duration(r.every)
+    )
+}
+
 fn report(config: &Config) -> Report {
     let sources = config
         .sources
@@ -102,6 +129,7 @@ fn report(config: &Config) -> Report {
             expect_every: s
                 .expect_every
                 .map(|d| humantime::format_duration(d).to_string()),
+            recover: s.recover.as_ref().map(recover_line),
             targets: s.targets.iter().map(target_report).collect(),
         })
         .collect();
@@ -223,6 +251,9 @@ fn write_text(r: &Report, out: &mut impl Write) -> std::io::Result<()> {
                 out,
                 "          silent (an alert) after {every} without an event"
             )?;
+        }
+        if let Some(recover) = &s.recover {
+            writeln!(out, "          recover {recover}")?;
         }
         for t in &s.targets {
             writeln!(out, "          target {:<10} {}", t.name, target_line(t))?;

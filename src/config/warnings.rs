@@ -64,6 +64,14 @@ impl Config {
                     _ => {}
                 }
             }
+            if s.scheme.name() == "github" && s.recover.is_none() {
+                out.push(format!(
+                    "source {:?}: GitHub never redelivers what failed while hookinbox was down \
+                     or refusing it; a recover table asks for it (README, \"Recovering what \
+                     was missed\")",
+                    s.name
+                ));
+            }
             if let Some(scheme::Horizon { within, why }) = s.scheme.verifier().redelivery()
                 && s.keep_identity < within
             {

@@ -353,19 +353,19 @@ impl Loop {
             }
         }
         // Idle means nothing written: claims and sweeps that found nothing do not count, or
-        // a short sweep interval would keep the checkpoint from ever running.
+        // a short sweep interval would keep the checkpoint from ever running; nor does
+        // housekeeping such as the heartbeat (a quiet job), which would otherwise keep it
+        // away for good. Whatever was written makes a checkpoint due.
         let written = self.conn.as_ref().map_or(0, Connection::total_changes);
         if written != self.written {
             self.written = written;
-            self.last_job = Instant::now();
             self.wal_dirty = true;
         }
         let events = jobs.iter().filter(|j| j.is_event()).count();
-        let quiet = !jobs.is_empty() && jobs.iter().all(|j| j.is_quiet());
-        // Decided before the batch: housekeeping alone (a heartbeat arriving with the
-        // checkpoint's offer, both on 10 s timers) does not make the writer busy.
+        // Decided before the batch, on the jobs before it: a heartbeat arriving with the
+        // checkpoint's offer (both on 10 s timers) is checkpointed with its batch.
         let checkpoint = checkpoint
-            && (jobs.is_empty() || quiet)
+            && jobs.iter().all(|j| j.is_quiet())
             && self.last_job.elapsed() >= IDLE_BEFORE_CHECKPOINT;
         let batch_error = if jobs.is_empty() {
             // Only pings. After a failure nothing else would prove the inbox healthy again
@@ -381,7 +381,10 @@ impl Loop {
                 .connection()
                 .and_then(|conn| run_batch(conn, &mut jobs))
             {
-                Ok(()) => {
+                Ok(active) => {
+                    if active {
+                        self.last_job = Instant::now();
+                    }
                     if events > 0 {
                         self.metrics.writer_batch_size.observe(events as f64);
                     }
@@ -389,10 +392,9 @@ impl Loop {
                         .writer_commit_seconds
                         .observe(started.elapsed().as_secs_f64());
                     self.health.last_commit_ok.store(true, Ordering::Relaxed);
-                    if quiet {
-                        // Written, so a checkpoint is due, but not activity: the idle
-                        // clock keeps running.
-                        self.written = self.conn.as_ref().map_or(0, Connection::total_changes);
+                    let written = self.conn.as_ref().map_or(0, Connection::total_changes);
+                    if written != self.written {
+                        self.written = written;
                         self.wal_dirty = true;
                     }
                     // Committed but refused: the caller hears 503 and the provider's retry
@@ -491,14 +493,20 @@ impl Loop {
 }
 
 /// One transaction for the batch, a savepoint per job. An `Err` means nothing in the batch
-/// committed.
-fn run_batch(conn: &mut Connection, jobs: &mut [Box<dyn Job>]) -> Result<(), super::Error> {
+/// committed; `Ok(true)` that a job other than a quiet one changed a row (activity, for the
+/// idle checkpoint).
+fn run_batch(conn: &mut Connection, jobs: &mut [Box<dyn Job>]) -> Result<bool, super::Error> {
     let now = clock::iso_now();
+    let mut active = false;
     let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     for job in jobs.iter_mut() {
         let sp = tx.savepoint()?;
+        let before = sp.total_changes();
         match job.run(&sp, &now) {
-            Ok(()) => sp.commit()?,
+            Ok(()) => {
+                active |= !job.is_quiet() && sp.total_changes() != before;
+                sp.commit()?;
+            }
             Err(e) => {
                 // Dropping the savepoint rolls back to it.
                 drop(sp);
@@ -525,7 +533,7 @@ fn run_batch(conn: &mut Connection, jobs: &mut [Box<dyn Job>]) -> Result<(), sup
         .into());
     }
     tx.commit()?;
-    Ok(())
+    Ok(active)
 }
 
 /// Errors that say the storage itself failed, as opposed to one statement.

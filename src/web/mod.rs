@@ -204,6 +204,7 @@ impl Web {
                 Err(_) => page.not_found(),
             },
             (["dead"], true, _) => page.dead().await,
+            (["gaps"], true, _) => page.gaps().await,
             (["conflicts"], true, _) => page.conflicts().await,
             (["conflicts", id], true, _) => match id.parse() {
                 Ok(id) => page.conflict(id).await,

@@ -57,6 +57,9 @@ fn ago(iso: &str) -> String {
     }
 }
 
+/// How far back the gaps page looks.
+const GAP_DAYS: i64 = 30;
+
 fn time(iso: &str) -> Markup {
     html! { time datetime=(iso) title=(iso) { (ago(iso)) } }
 }
@@ -239,6 +242,7 @@ impl Page<'_> {
                             a href="/events" { "Events" }
                             a href="/dead" { "Dead" }
                             a href="/conflicts" { "Conflicts" }
+                            a href="/gaps" { "Gaps" }
                         }
                         @if !self.web.actions {
                             p.mode { "Read-only (admin.actions = false)" }
@@ -606,6 +610,77 @@ impl Page<'_> {
             Ok(None) => self.not_found(),
             Err(e) => self.failed("reading the body", &e),
         }
+    }
+
+    /// The windows in which a source was not receiving, over the last [`GAP_DAYS`]: a strip
+    /// per source with each gap drawn where it lies (SVG: the CSP allows no inline style),
+    /// then the table.
+    pub(super) async fn gaps(&self) -> Response<Full<Bytes>> {
+        let source = self.param("source").map(str::to_owned);
+        let now = crate::clock::unix_now();
+        let from = now - GAP_DAYS * 86_400;
+        let since = crate::clock::iso_from_unix(from);
+        let s = source.clone();
+        let rows = match self
+            .read(move |conn| Ok(crate::store::gaps::list(conn, &since, s.as_deref())?))
+            .await
+        {
+            Ok(rows) => rows,
+            Err(e) => return self.failed("reading gaps", &e),
+        };
+        let unix = |t: &str| crate::clock::unix_from_iso(t).unwrap_or(now);
+        let mut sources: Vec<&str> = rows.iter().map(|g| g.source.as_str()).collect();
+        sources.sort_unstable();
+        sources.dedup();
+        let x = |t: i64| ((t.clamp(from, now) - from) as f64 / (now - from) as f64) * 1000.0;
+        let content = html! {
+            p { "Windows in which a source was not receiving in the last " (GAP_DAYS) " days: "
+                "serve down (found at its next start), or refusing every request the source sent. "
+                "With a " code { "recover" } " table, serve asks the provider for what it missed "
+                "(hookinbox recover does it by hand)." }
+            @for name in &sources {
+                figure.strip {
+                    figcaption { (p(name)) }
+                    svg viewBox="0 0 1000 14" preserveAspectRatio="none" role="img"
+                        aria-label={ "gaps of " (name) " over the last " (GAP_DAYS) " days" } {
+                        rect.span x="0" y="5" width="1000" height="4" {}
+                        @for g in rows.iter().filter(|g| g.source == *name) {
+                            @let (a, b) = (x(unix(&g.started_at)), x(unix(&g.ended_at)));
+                            rect class=(if g.kind == "down" { "down" } else { "rejecting" })
+                                x=(format!("{a:.1}")) y="0" width=(format!("{:.1}", (b - a).max(2.0))) height="14" {
+                                title { (g.kind) " " (g.started_at) " to " (g.ended_at) }
+                            }
+                        }
+                    }
+                    div.axis { span { (GAP_DAYS) " days ago" } span { "now" } }
+                }
+            }
+            div.scroll { table {
+                thead { tr {
+                    th scope="col" { "Source" } th scope="col" { "Kind" } th scope="col" { "From" }
+                    th scope="col" { "Until" } th scope="col" { "Length" } th scope="col" { "Why" }
+                    th scope="col" { "Recovery" }
+                } }
+                tbody {
+                    @for g in rows.iter().rev() { tr {
+                        td { (p(&g.source)) }
+                        td { span class=(if g.kind == "down" { "bad" } else { "wait" }) { (g.kind) } }
+                        td { (time(&g.started_at)) }
+                        td { (time(&g.ended_at)) }
+                        td.num { (humantime::format_duration(Duration::from_secs(
+                            (unix(&g.ended_at) - unix(&g.started_at)).max(0) as u64))) }
+                        td { (p(&g.detail)) }
+                        td { @match (&g.recovered_at, &g.recovery) {
+                            (Some(_), Some(r)) => span.ok { (p(r)) },
+                            (None, Some(r)) => span.bad { (p(r)) },
+                            _ => "–",
+                        } }
+                    } }
+                    @if rows.is_empty() { tr { td colspan="7" { "No gaps." } } }
+                }
+            } }
+        };
+        respond(StatusCode::OK, self.layout("Gaps", content))
     }
 
     pub(super) async fn dead(&self) -> Response<Full<Bytes>> {

@@ -27,6 +27,21 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// A config for the real binary listening on `port`: a provider's stand-in must know the
+/// URL it delivers to before hookinbox starts, and again after a restart.
+fn on_port(
+    port: u16,
+    sources: &str,
+) -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("inbox.db");
+    let config = dir.path().join("hookinbox.toml");
+    let server =
+        format!("[server]\nlisten = \"127.0.0.1:{port}\"\n[admin]\nlisten = \"127.0.0.1:0\"\n");
+    std::fs::write(&config, config_text(&server, &db, sources)).unwrap();
+    (dir, db, config)
+}
+
 fn github_source(fake: &FakeGitHub, sink: &Sink, secret: &str) -> String {
     format!(
         r#"
@@ -111,16 +126,7 @@ async fn a_downtime_after_a_sigkill_is_found_and_exactly_the_missing_github_deli
         &format!("http://127.0.0.1:{port}/hooks/gh"),
     )
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("inbox.db");
-    let config = dir.path().join("hookinbox.toml");
-    let server =
-        format!("[server]\nlisten = \"127.0.0.1:{port}\"\n[admin]\nlisten = \"127.0.0.1:0\"\n");
-    std::fs::write(
-        &config,
-        config_text(&server, &db, &github_source(&fake, &sink, GH_SECRET)),
-    )
-    .unwrap();
+    let (_dir, db, config) = on_port(port, &github_source(&fake, &sink, GH_SECRET));
     let config_arg = config.to_str().unwrap();
 
     // Missed hours ago, outside any gap: recovery of the downtime never touches it.
@@ -568,6 +574,11 @@ async fn a_run_of_401s_is_a_gap_and_serve_recovers_it_once_the_secret_is_right()
         gap,
         ("rejecting".into(), "refused 2 requests (401 ×2)".into())
     );
+    // The web inbox draws it on the source's strip and lists what recovery did.
+    let page = server.admin_page("/gaps").await;
+    assert!(page.contains(r#"<rect class="rejecting""#), "{page}");
+    assert!(page.contains("refused 2 requests (401 ×2)"), "{page}");
+    assert!(page.contains("asked for 2 redeliveries"), "{page}");
     let metrics = server.metrics().await;
     assert_eq!(
         metric(
@@ -596,16 +607,7 @@ async fn after_a_downtime_serve_stores_stripes_missing_events_by_itself() {
         &format!("http://127.0.0.1:{port}/hooks/stripe"),
     )
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("inbox.db");
-    let config = dir.path().join("hookinbox.toml");
-    let server =
-        format!("[server]\nlisten = \"127.0.0.1:{port}\"\n[admin]\nlisten = \"127.0.0.1:0\"\n");
-    std::fs::write(
-        &config,
-        config_text(&server, &db, &stripe_source(&fake, &sink)),
-    )
-    .unwrap();
+    let (_dir, db, config) = on_port(port, &stripe_source(&fake, &sink));
 
     let first = Proc::spawn(&config);
     fake.create("evt_before", "charge.succeeded", clock_now(), false);
@@ -652,4 +654,59 @@ async fn after_a_downtime_serve_stores_stripes_missing_events_by_itself() {
     assert_eq!(fake.send_webhook("evt_down_1", false).await, 200);
     assert_eq!(event_ids(&db, "stripe").len(), 3);
     second.sigterm();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_github_apps_own_hook_is_recovered_with_the_apps_jwt() {
+    let sink = Sink::start(|_, _| Reply::Status(200)).await;
+    let mut server = TestServer::start(ONE_SOURCE).await;
+    let fake = FakeGitHub::start(TOKEN, GH_SECRET, &format!("{}/hooks/gh", server.base)).await;
+    // The App's key as GitHub hands it out (PKCS#1 PEM), and its public half for the fake.
+    let pem_path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/github-app-key.pem"
+    );
+    let pem = std::fs::read(pem_path).unwrap();
+    use rustls::pki_types::pem::PemObject as _;
+    let rustls::pki_types::PrivateKeyDer::Pkcs1(der) =
+        rustls::pki_types::PrivateKeyDer::from_pem_slice(&pem).unwrap()
+    else {
+        panic!("the fixture is a PKCS#1 key")
+    };
+    let key = ring::signature::RsaKeyPair::from_der(der.secret_pkcs1_der()).unwrap();
+    fake.accept_app_jwt(4242, key.public().as_ref().to_vec());
+    let app = github_source(&fake, &sink, GH_SECRET).replace(
+        &format!(
+            "repo = \"octo/app\", hook_id = {}, token = \"{TOKEN}\"",
+            fake.hook_id
+        ),
+        &format!("app_id = 4242, private_key = \"file:{pem_path}\""),
+    );
+    assert!(app.contains("app_id"), "{app}");
+    server.reload(&app).await.unwrap();
+    let config = server.config.path.to_str().unwrap().to_owned();
+    fake.record(
+        "app-missed",
+        "installation",
+        &body("app-missed"),
+        clock_now() - 60,
+        false,
+    );
+    let (code, out, err) = cli(&[
+        "recover", "--config", &config, "--source", "gh", "--since", "10m",
+    ])
+    .await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        fake.api_calls()
+            .iter()
+            .any(|(m, p)| m == "GET" && p.starts_with("/app/hook/deliveries")),
+        "{:?}",
+        fake.api_calls()
+    );
+    eventually("the App hook's redelivery", Duration::from_secs(10), || {
+        event_ids(&server.db, "gh").contains("app-missed")
+    })
+    .await;
+    server.stop().await;
 }
