@@ -112,21 +112,22 @@ pub fn run(db: &Path, rules: &[Rule], args: &Args, out: &mut impl Write) -> anyh
     writeln!(out, "{verb} (per source):")?;
     writeln!(
         out,
-        "{:<20} {:>9} {:>9} {:>9} {:>9} {:>10}",
-        "SOURCE", "PAYLOADS", "EVENTS", "CONFLICTS", "ATTEMPTS", "ORDER KEYS"
+        "{:<20} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9}",
+        "SOURCE", "PAYLOADS", "EVENTS", "CONFLICTS", "ATTEMPTS", "ORDER KEYS", "RECOVERY"
     )?;
     for r in &rows {
         let p = r.pruned;
         writeln!(
             out,
-            "{:<20} {:>9} {:>9} {:>9} {:>9} {:>10}",
-            r.source, p.payloads, p.events, p.conflicts, p.attempts, p.order_keys
+            "{:<20} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9}",
+            r.source, p.payloads, p.events, p.conflicts, p.attempts, p.order_keys, p.recovery
         )?;
     }
     writeln!(
         out,
         "payloads: bodies and headers of finished events past keep_payload (their identity stays);\n\
-         events: identity rows past keep_identity, with their deliveries and attempts"
+         events: identity rows past keep_identity, with their deliveries and attempts;\n\
+         recovery: gaps past keep_identity, redeliveries asked for past keep_payload"
     )?;
     if !args.dry_run {
         writeln!(

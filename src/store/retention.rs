@@ -97,11 +97,18 @@ pub struct Pruned {
     pub conflicts: i64,
     pub attempts: i64,
     pub order_keys: i64,
+    /// Gaps past keep_identity and redeliveries asked for past keep_payload (`recover`).
+    pub recovery: i64,
 }
 
 impl Pruned {
     pub fn total(&self) -> i64 {
-        self.payloads + self.events + self.conflicts + self.attempts + self.order_keys
+        self.payloads
+            + self.events
+            + self.conflicts
+            + self.attempts
+            + self.order_keys
+            + self.recovery
     }
 
     pub fn add(&mut self, o: Pruned) {
@@ -111,6 +118,7 @@ impl Pruned {
         self.conflicts += o.conflicts;
         self.attempts += o.attempts;
         self.order_keys += o.order_keys;
+        self.recovery += o.recovery;
     }
 }
 
@@ -130,14 +138,18 @@ enum Kind {
     Conflicts,
     Attempts,
     OrderKeys,
+    Gaps,
+    Requests,
 }
 
-const KINDS: [Kind; 5] = [
+const KINDS: [Kind; 7] = [
     Kind::Payloads,
     Kind::Events,
     Kind::Conflicts,
     Kind::Attempts,
     Kind::OrderKeys,
+    Kind::Gaps,
+    Kind::Requests,
 ];
 
 impl Kind {
@@ -164,6 +176,10 @@ impl Kind {
             Kind::OrderKeys => {
                 "SELECT rowid FROM order_keys WHERE source = ?1 AND updated_at < ?2".into()
             }
+            Kind::Gaps => "SELECT id FROM gaps WHERE source = ?1 AND ended_at < ?2".into(),
+            Kind::Requests => "SELECT rowid FROM recovery_requests
+                                WHERE source = ?1 AND requested_at < ?2"
+                .into(),
         }
     }
 
@@ -177,6 +193,8 @@ impl Kind {
             Kind::Conflicts => format!("DELETE FROM conflicts WHERE id IN ({chunk})"),
             Kind::Attempts => format!("DELETE FROM attempts WHERE id IN ({chunk})"),
             Kind::OrderKeys => format!("DELETE FROM order_keys WHERE rowid IN ({chunk})"),
+            Kind::Gaps => format!("DELETE FROM gaps WHERE id IN ({chunk})"),
+            Kind::Requests => format!("DELETE FROM recovery_requests WHERE rowid IN ({chunk})"),
         })
     }
 
@@ -184,8 +202,8 @@ impl Kind {
     /// ordering state `keep_identity`.
     fn cutoff(self, rule: &Rule, now: SystemTime) -> String {
         let keep = match self {
-            Kind::Payloads | Kind::Conflicts | Kind::Attempts => rule.keep_payload,
-            Kind::Events | Kind::OrderKeys => rule.keep_identity,
+            Kind::Payloads | Kind::Conflicts | Kind::Attempts | Kind::Requests => rule.keep_payload,
+            Kind::Events | Kind::OrderKeys | Kind::Gaps => rule.keep_identity,
         };
         clock::iso(now.checked_sub(keep).unwrap_or(SystemTime::UNIX_EPOCH))
     }
@@ -197,6 +215,7 @@ impl Kind {
             Kind::Conflicts => p.conflicts += n,
             Kind::Attempts => p.attempts += n,
             Kind::OrderKeys => p.order_keys += n,
+            Kind::Gaps | Kind::Requests => p.recovery += n,
         }
     }
 }
@@ -318,7 +337,7 @@ pub async fn run_periodically(
             _ = prune.tick() => match apply(&writer, &settings.rules(), &stop).await {
                 Ok(p) if p.total() > 0 || p.released_pages > 0 => tracing::info!(
                     payloads = p.payloads, events = p.events, conflicts = p.conflicts,
-                    attempts = p.attempts, order_keys = p.order_keys,
+                    attempts = p.attempts, order_keys = p.order_keys, recovery = p.recovery,
                     released_pages = p.released_pages, "retention applied"),
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "retention failed; it will be tried again"),

@@ -362,10 +362,11 @@ impl Loop {
             self.wal_dirty = true;
         }
         let events = jobs.iter().filter(|j| j.is_event()).count();
-        // Decided before the batch, on the jobs before it: a heartbeat arriving with the
-        // checkpoint's offer (both on 10 s timers) is checkpointed with its batch.
-        let checkpoint = checkpoint
-            && jobs.iter().all(|j| j.is_quiet())
+        // Decided before the batch, on the jobs before it. A batch of housekeeping alone
+        // (the heartbeat) while idle is checkpointed right after it, offered or not: else
+        // each heartbeat would leave its pages in a WAL that an offer had just truncated.
+        let quiet_only = !jobs.is_empty() && jobs.iter().all(|j| j.is_quiet());
+        let checkpoint = ((checkpoint && jobs.is_empty()) || quiet_only)
             && self.last_job.elapsed() >= IDLE_BEFORE_CHECKPOINT;
         let batch_error = if jobs.is_empty() {
             // Only pings. After a failure nothing else would prove the inbox healthy again

@@ -27,6 +27,8 @@ command = ["/bin/true"]
 name = "stripe"
 scheme = "stripe"
 secrets = ["whsec_test_secret"]
+# Its recovery series from the first scrape; nothing is asked of this API in a test's time.
+recover = { api = "stripe", key = "rk_test_monitoring", api_url = "http://127.0.0.1:9" }
 [[sources.targets]]
 name = "app"
 url = "http://127.0.0.1:9/hooks"
