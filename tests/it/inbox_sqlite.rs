@@ -84,5 +84,21 @@ async fn the_system_sqlite3_reads_the_live_inbox_through_its_views() {
         sqlite3(&server.db, "PRAGMA journal_mode").unwrap().trim(),
         "wal"
     );
+    // The README's queries on recovery: how each source is receiving, and what came how.
+    let receiving = sqlite3(
+        &server.db,
+        "SELECT source, stopped_at IS NULL FROM receiving",
+    )
+    .unwrap();
+    assert_eq!(receiving.trim(), "sw|1");
+    let gaps = sqlite3(
+        &server.db,
+        "SELECT source, kind, started_at, ended_at, detail, recovery FROM gaps \
+         ORDER BY started_at DESC LIMIT 10",
+    )
+    .unwrap();
+    assert_eq!(gaps.trim(), "", "a fresh inbox has no gaps");
+    let origins = sqlite3(&server.db, "SELECT event_id, origin FROM recent_events").unwrap();
+    assert_eq!(origins.trim(), "msg_cli|webhook");
     server.stop().await;
 }
