@@ -66,9 +66,9 @@ impl Config {
             }
             if s.scheme.name() == "github" && s.recover.is_none() {
                 out.push(format!(
-                    "source {:?}: GitHub never redelivers what failed while hookinbox was down \
-                     or refusing it; a recover table asks for it (README, \"Recovering what \
-                     was missed\")",
+                    "source {:?}: GitHub never sends a delivery again by itself, so what it \
+                     sent while hookinbox was down or refusing it stays missing; a recover table \
+                     asks for it (README, \"Recovering what was missed\")",
                     s.name
                 ));
             }
