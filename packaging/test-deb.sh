@@ -20,6 +20,7 @@ for path in ./usr/bin/hookinbox \
             ./usr/share/bash-completion/completions/hookinbox \
             ./usr/share/zsh/vendor-completions/_hookinbox \
             ./usr/share/fish/vendor_completions.d/hookinbox.fish \
+            ./usr/share/doc/hookinbox/consuming.md \
             ./usr/share/doc/hookinbox/prometheus/hookinbox.rules.yml \
             ./usr/share/doc/hookinbox/prometheus/hookinbox.rules.test.yml \
             ./usr/share/doc/hookinbox/grafana/hookinbox-dashboard.json; do

@@ -82,6 +82,8 @@ struct TargetReport {
 enum To {
     Url(String),
     Command(Vec<String>),
+    /// The database URL (no password) and the table.
+    Postgres(String),
 }
 
 /// "github repository octo/app hook 123 at https://api.github.com/, every 1h"
@@ -167,6 +169,7 @@ fn target_report(t: &crate::config::Target) -> TargetReport {
         to: match &t.kind {
             TargetKind::Url(url) => To::Url(url.clone()),
             TargetKind::Command(argv) => To::Command(argv.clone()),
+            TargetKind::Postgres(pg) => To::Postgres(format!("{} table {}", pg.url, pg.table)),
         },
     }
 }
@@ -175,6 +178,7 @@ fn target_line(t: &TargetReport) -> String {
     let what = match &t.to {
         To::Url(url) => format!("url {url}"),
         To::Command(argv) => format!("command {argv:?}"),
+        To::Postgres(to) => format!("postgres {to}"),
     };
     match (&t.rate, t.burst) {
         (Some(rate), Some(burst)) => format!("{what}  rate={rate} (at most {burst} at once)"),

@@ -372,7 +372,41 @@ pub enum TargetKind {
     Url(String),
     /// argv; run without a shell.
     Command(Vec<String>),
+    /// A table in the app's own PostgreSQL database.
+    Postgres(PostgresTarget),
 }
+
+/// A `postgres = { … }` target: rows in the app's own table, one per event.
+#[derive(Debug, Clone)]
+pub struct PostgresTarget {
+    /// A libpq-style URL without a password (`postgres://app@db.internal/app`).
+    pub url: String,
+    /// `name` or `schema.name`.
+    pub table: String,
+    pub password: Option<Secret>,
+    pub tls: PgTls,
+}
+
+/// Compared without the password, which is never compared byte by byte (see [`Secret`]).
+impl PartialEq for PostgresTarget {
+    fn eq(&self, other: &PostgresTarget) -> bool {
+        self.url == other.url && self.table == other.table && self.tls == other.tls
+    }
+}
+impl Eq for PostgresTarget {}
+
+/// TLS to a PostgreSQL server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PgTls {
+    /// Plain TCP (or a Unix socket): for this machine.
+    Off,
+    /// rustls, the certificate verified against the system's roots or `ca`, and the host
+    /// name checked (libpq's `sslmode=verify-full`).
+    VerifyFull { ca: Option<PathBuf> },
+}
+
+/// The table a `postgres` target inserts into when it names none.
+pub const DEFAULT_PG_TABLE: &str = "webhook_inbox";
 
 /// The path `--config` means when it is not given.
 pub fn default_path() -> PathBuf {
@@ -875,6 +909,40 @@ url = "http://127.0.0.1:3000/hooks"
     #[test]
     fn target_needs_exactly_one_kind() {
         let e = err(&MINIMAL.replace("url = ", "command = [\"/bin/true\"]\nurl = "));
-        assert!(e.contains("exactly one of url or command"), "{e}");
+        assert!(e.contains("exactly one of url, command or postgres"), "{e}");
+        let pg = |table: &str| {
+            MINIMAL.replace(
+                "url = \"http://127.0.0.1:3000/hooks\"",
+                &format!("postgres = {{ url = \"postgres://app@127.0.0.1/app\"{table} }}"),
+            )
+        };
+        let t = load(&pg("")).unwrap();
+        let TargetKind::Postgres(p) = &t.sources[0].targets[0].kind else {
+            panic!("a postgres target")
+        };
+        assert_eq!((p.table.as_str(), &p.tls), ("webhook_inbox", &PgTls::Off));
+        assert!(err(&pg(", table = \"x; drop\"")).contains("must be a table name"));
+        let remote = MINIMAL.replace(
+            "url = \"http://127.0.0.1:3000/hooks\"",
+            "postgres = { url = \"postgres://app:hunter2@db.internal/app\" }",
+        );
+        assert!(
+            err(&remote).contains("holds a password"),
+            "{}",
+            err(&remote)
+        );
+        let clear = remote
+            .replace("app:hunter2@", "app@")
+            .replace(" }", ", tls = \"off\" }");
+        assert!(
+            err(&clear).contains("only for a server on this machine"),
+            "{}",
+            err(&clear)
+        );
+        let verified = load(&clear.replace(", tls = \"off\"", "")).unwrap();
+        let TargetKind::Postgres(p) = &verified.sources[0].targets[0].kind else {
+            panic!("a postgres target")
+        };
+        assert_eq!(p.tls, PgTls::VerifyFull { ca: None });
     }
 }

@@ -188,6 +188,8 @@ pub(super) struct RawTarget {
     pub(super) url: Option<String>,
     #[serde(default)]
     pub(super) command: Option<Vec<String>>,
+    #[serde(default)]
+    pub(super) postgres: Option<RawPostgres>,
     #[serde(default = "default_target_timeout", deserialize_with = "de_duration")]
     pub(super) timeout: Duration,
     #[serde(default, deserialize_with = "de_opt_durations")]
@@ -209,6 +211,21 @@ pub(super) struct RawTarget {
         deserialize_with = "de_duration"
     )]
     pub(super) alert_pending_age: Duration,
+}
+
+/// A target's `postgres` table: the app's database and the table events go into.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPostgres {
+    pub(super) url: String,
+    #[serde(default)]
+    pub(super) table: Option<String>,
+    #[serde(default)]
+    pub(super) password: Option<String>,
+    #[serde(default)]
+    pub(super) tls: Option<String>,
+    #[serde(default)]
+    pub(super) ca: Option<PathBuf>,
 }
 
 pub(super) fn default_alert_failure_share() -> f64 {

@@ -465,6 +465,48 @@ pub const SECTIONS: &[Section] = &[
         keys: TARGET_KEYS,
     },
     Section {
+        header: "[sources.targets.postgres]",
+        about: "A target's table in the app's own database, also written inline: postgres = { \
+                url = \"postgres://app@127.0.0.1/app\", table = \"webhook_inbox\" }. Each event \
+                is inserted once (INSERT … ON CONFLICT (idempotency_key) DO NOTHING), and the \
+                app claims rows in its own transactions; docs/consuming.md has the table's \
+                DDL and a consuming transaction.",
+        keys: &[
+            Key {
+                name: "url",
+                form: "postgres:// URL",
+                if_absent: IfAbsent::Required,
+                meaning: "The database: postgres://USER@HOST[:PORT]/DATABASE, without a \
+                          password (host=/run/postgresql for the local socket).",
+            },
+            Key {
+                name: "table",
+                form: "name or schema.name",
+                if_absent: IfAbsent::Default("\"webhook_inbox\""),
+                meaning: "The table the rows go into.",
+            },
+            Key {
+                name: "password",
+                form: "secret spec",
+                if_absent: IfAbsent::Off,
+                meaning: "The user's password (file:, env:, credential:).",
+            },
+            Key {
+                name: "tls",
+                form: "verify-full or off",
+                if_absent: IfAbsent::Derived("off to this machine, else verify-full"),
+                meaning: "verify-full: rustls, the certificate checked against the system's \
+                          roots (or ca) and the host name. off: only to this machine.",
+            },
+            Key {
+                name: "ca",
+                form: "path",
+                if_absent: IfAbsent::Derived("the system's roots"),
+                meaning: "PEM certificates the server's must chain to (with verify-full).",
+            },
+        ],
+    },
+    Section {
         header: "[[alerts]]",
         about: "Where alerts (a silent source, a failing target, rejections rising, new \
                 conflicts, new dead deliveries) are sent when they start and end: a JSON \
@@ -492,6 +534,14 @@ const TARGET_KEYS: &[Key] = &[
         if_absent: IfAbsent::Off,
         meaning: "POST the event here, with the provider's headers. Exactly one of \
                       url and command.",
+    },
+    Key {
+        name: "postgres",
+        form: "table",
+        if_absent: IfAbsent::Off,
+        meaning: "Insert each event as a row of a table in the app's own PostgreSQL \
+                      database, keyed by its idempotency key (see [sources.targets.postgres] \
+                      and docs/consuming.md). One of url, command and postgres.",
     },
     Key {
         name: "command",
@@ -586,6 +636,8 @@ mod tests {
              secrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]\n\
              [sources.order]\nkey = \"/k\"\nversion = \"/v\"\n\
              [[sources.targets]]\nname = \"app\"\nurl = \"http://127.0.0.1:3000/hooks\"\n\
+             [[sources.targets]]\nname = \"db\"\n\
+             [sources.targets.postgres]\nurl = \"postgres://app@127.0.0.1/app\"\n\
              [[sources]]\nname = \"gh\"\nscheme = \"github\"\nsecrets = [\"s\"]\n\
              [sources.recover]\napi = \"github\"\nrepo = \"o/r\"\nhook_id = 1\ntoken = \"t\"\n\
              [[alerts]]\nname = \"ops\"\nurl = \"http://127.0.0.1:3001/alerts\"\n"

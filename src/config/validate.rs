@@ -6,7 +6,7 @@ use std::path::Path;
 
 use hyper::http::{HeaderName, StatusCode};
 
-use super::raw::{RawConfig, RawId, RawRecover, RawSource, RawTarget};
+use super::raw::{RawConfig, RawId, RawPostgres, RawRecover, RawSource, RawTarget};
 use super::*;
 use crate::scheme::setup::Loaded;
 use crate::scheme::{self, IdRule, Scheme, Setup};
@@ -283,6 +283,95 @@ fn validate_source(rs: RawSource, at: &str, paths: &Paths) -> Result<Source, Str
     })
 }
 
+/// A `postgres` target's table: checked here, so that an attempt never meets a name it
+/// cannot quote, and TLS decided by the host (off only to this machine).
+fn validate_postgres(pg: RawPostgres, at: &str, paths: &Paths) -> Result<PostgresTarget, String> {
+    let at = format!("{at}.postgres");
+    let config: tokio_postgres::Config = pg.url.parse().map_err(|e| {
+        format!(
+            "{at}.url {:?} is not a PostgreSQL URL ({e}); write postgres://USER@HOST/DATABASE",
+            pg.url
+        )
+    })?;
+    if config.get_password().is_some() {
+        return Err(format!(
+            "{at}.url holds a password; put it in password = \"file:/etc/hookinbox/secrets/…\" \
+             (any secret spec) so that it is never printed"
+        ));
+    }
+    if config.get_user().is_none() {
+        return Err(format!(
+            "{at}.url names no user: postgres://USER@HOST/DATABASE"
+        ));
+    }
+    let table = pg.table.unwrap_or_else(|| DEFAULT_PG_TABLE.to_owned());
+    let part_ok = |p: &str| {
+        !p.is_empty()
+            && p.len() <= 63
+            && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            && !p.as_bytes()[0].is_ascii_digit()
+    };
+    let parts: Vec<&str> = table.split('.').collect();
+    if parts.len() > 2 || !parts.iter().all(|p| part_ok(p)) {
+        return Err(format!(
+            "{at}.table {table:?} must be a table name or schema.name of letters, digits and _"
+        ));
+    }
+    let local = config.get_hosts().iter().all(|h| match h {
+        tokio_postgres::config::Host::Unix(_) => true,
+        tokio_postgres::config::Host::Tcp(name) => {
+            name == "localhost"
+                || name
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback())
+        }
+    });
+    let tls = match pg.tls.as_deref() {
+        Some("off") => {
+            if !local {
+                return Err(format!(
+                    "{at}.tls = \"off\" is only for a server on this machine; the events and \
+                     the password would cross the network in clear"
+                ));
+            }
+            PgTls::Off
+        }
+        Some("verify-full") => PgTls::VerifyFull {
+            ca: pg.ca.map(|c| paths.base.join(c)),
+        },
+        None if local && pg.ca.is_none() => PgTls::Off,
+        None => PgTls::VerifyFull {
+            ca: pg.ca.map(|c| paths.base.join(c)),
+        },
+        Some(other) => {
+            return Err(format!(
+                "{at}.tls {other:?} is not a mode; write \"verify-full\" (the default to another \
+                 host) or \"off\" (the default to this machine)"
+            ));
+        }
+    };
+    if let PgTls::VerifyFull { ca: Some(ca) } = &tls
+        && !ca.exists()
+    {
+        return Err(format!("{at}.ca {} does not exist", ca.display()));
+    }
+    let password = match pg.password {
+        None => None,
+        Some(reference) => Some(
+            paths
+                .secret(&reference, None)
+                .map_err(|e| format!("{at}.password: {e}"))?
+                .0,
+        ),
+    };
+    Ok(PostgresTarget {
+        url: pg.url,
+        table,
+        password,
+        tls,
+    })
+}
+
 /// The provider APIs `recover.api` may name, with the scheme each one fills.
 const RECOVER_APIS: &[&str] = &["github", "stripe"];
 
@@ -449,8 +538,9 @@ fn validate_recover(
 }
 
 fn validate_target(rt: RawTarget, at: &str, paths: &Paths) -> Result<Target, String> {
-    let kind = match (rt.url, rt.command) {
-        (Some(url), None) => {
+    let kind = match (rt.url, rt.command, rt.postgres) {
+        (None, None, Some(pg)) => TargetKind::Postgres(validate_postgres(pg, at, paths)?),
+        (Some(url), None, None) => {
             let parsed = reqwest::Url::parse(&url)
                 .map_err(|e| format!("{at}.url {url:?} is not a URL: {e}"))?;
             if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
@@ -460,7 +550,7 @@ fn validate_target(rt: RawTarget, at: &str, paths: &Paths) -> Result<Target, Str
             }
             TargetKind::Url(url)
         }
-        (None, Some(mut argv)) => {
+        (None, Some(mut argv), None) => {
             if argv.is_empty() || argv[0].is_empty() {
                 return Err(format!(
                     "{at}.command must name a program: [\"/path/to/program\", \"arg\", …]"
@@ -473,7 +563,7 @@ fn validate_target(rt: RawTarget, at: &str, paths: &Paths) -> Result<Target, Str
             }
             TargetKind::Command(argv)
         }
-        _ => return Err(format!("{at}: set exactly one of url or command")),
+        _ => return Err(format!("{at}: set exactly one of url, command or postgres")),
     };
     if rt.timeout.is_zero() {
         return Err(format!("{at}.timeout must be more than zero"));
@@ -517,10 +607,10 @@ fn validate_target(rt: RawTarget, at: &str, paths: &Paths) -> Result<Target, Str
             humantime::format_duration(MIN_EXPECT_EVERY)
         ));
     }
-    if rt.sign_secret.is_some() && matches!(kind, TargetKind::Command(_)) {
+    if rt.sign_secret.is_some() && !matches!(kind, TargetKind::Url(_)) {
         return Err(format!(
-            "{at}.sign_secret is for url targets; a command runs locally and gets its metadata \
-             in HOOKINBOX_* variables"
+            "{at}.sign_secret is for url targets; a command or a postgres table is local and \
+             gets its metadata as variables or columns"
         ));
     }
     let sign_secret = match rt.sign_secret {

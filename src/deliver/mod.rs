@@ -15,6 +15,7 @@ pub mod backoff;
 pub mod command;
 pub mod http;
 pub mod pace;
+pub mod postgres;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -127,6 +128,7 @@ impl Result_ {
 enum Sender {
     Url(Box<http::UrlTarget>),
     Command(Vec<String>),
+    Postgres(Box<postgres::PgTarget>),
 }
 
 /// One configured target, ready to send.
@@ -161,6 +163,9 @@ impl TargetRun {
                 Sender::Url(Box::new(http::UrlTarget::new(url, t.timeout, key)?))
             }
             TargetKind::Command(argv) => Sender::Command(argv.clone()),
+            TargetKind::Postgres(pg) => {
+                Sender::Postgres(Box::new(postgres::PgTarget::new(pg, t.timeout)?))
+            }
         };
         Ok(TargetRun {
             source: source.to_owned(),
@@ -796,6 +801,7 @@ async fn send(t: &TargetRun, c: &Claimed, event: &EventData) -> Result_ {
     match &t.sender {
         Sender::Url(target) => target.send(&a).await,
         Sender::Command(argv) => command::run(argv, t.timeout, &a).await,
+        Sender::Postgres(target) => target.send(&a).await,
     }
 }
 

@@ -56,6 +56,9 @@
 //! - `web`: the web inbox in a real headless Chromium over WebDriver: filter, open an
 //!   event, its body, replay and pause with actions on, refused with them off; a provider's
 //!   `<script>` never runs; forged POSTs (no token, another Origin or Host) change nothing.
+//! - `pg_target`: `postgres` targets against a real PostgreSQL (a throwaway cluster): one
+//!   row per accepted event with its exact bytes, through duplicates, a replay, a missing
+//!   table, and SIGKILLs mid-batch.
 //! - `recover`: knowing the gaps and filling them from the providers' APIs, against local
 //!   stand-ins for GitHub's and Stripe's (`provider_api`): a downtime after a SIGKILL,
 //!   a run of 401s, pages and rate limits, a second run that asks for nothing, Stripe's
@@ -82,6 +85,7 @@ mod lossyfs;
 mod monitoring;
 mod operate;
 mod oracle;
+mod pg_target;
 mod power_loss;
 mod proc;
 mod provider_api;

@@ -506,3 +506,70 @@ pub fn skip(requirement: &str, test: &str, why: &str) {
         writeln!(file, "{line}").unwrap();
     }
 }
+
+/// The PostgreSQL server the tests use: `HOOKINBOX_TEST_PG_URL`, else the throwaway cluster
+/// `scripts/pg-test-cluster.sh` starts (or finds running) under `target/pg-test`. None, after
+/// [`skip`] said so, where neither can be had.
+pub fn postgres(test: &str) -> Option<String> {
+    static SERVER: std::sync::OnceLock<Result<String, String>> = std::sync::OnceLock::new();
+    let server = SERVER.get_or_init(|| {
+        if let Ok(url) = std::env::var("HOOKINBOX_TEST_PG_URL") {
+            return Ok(url);
+        }
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/pg-test-cluster.sh");
+        let out = std::process::Command::new(script)
+            .output()
+            .map_err(|e| format!("{script}: {e}"))?;
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).trim().to_owned());
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    });
+    match server {
+        Ok(url) => Some(url.clone()),
+        Err(why) => {
+            skip("POSTGRES", test, why);
+            None
+        }
+    }
+}
+
+/// A database of its own for one test on the server at `server` (a superuser's URL), as a
+/// URL for the same user.
+pub async fn fresh_database(server: &str) -> String {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let name = format!(
+        "t{}_{}_{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
+    let client = pg_connect(server).await;
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap();
+    let (base, _) = server.rsplit_once('/').unwrap();
+    format!("{base}/{name}")
+}
+
+/// A client of `url`, its connection driven in the background.
+pub async fn pg_connect(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("connecting to {url}: {e}"));
+    tokio::spawn(connection);
+    client
+}
+
+/// The first ```sql block of docs/consuming.md: the DDL of a `postgres` target's table, as
+/// the document gives it to operators.
+pub fn consuming_ddl() -> String {
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/consuming.md")).unwrap();
+    let (_, rest) = doc.split_once("```sql\n").unwrap();
+    rest.split_once("```").unwrap().0.to_owned()
+}
