@@ -944,5 +944,24 @@ url = "http://127.0.0.1:3000/hooks"
             panic!("a postgres target")
         };
         assert_eq!(p.tls, PgTls::VerifyFull { ca: None });
+        // Where the connection really goes decides, and tls, not sslmode, decides TLS.
+        for (url, why) in [
+            (
+                "postgres://app@localhost/app?hostaddr=10.0.0.5",
+                "only for a server on this machine",
+            ),
+            (
+                "postgres://app@localhost/app?sslmode=disable",
+                "sets sslmode",
+            ),
+            ("postgres://app@/app", "names no host"),
+        ] {
+            let text = MINIMAL.replace(
+                "url = \"http://127.0.0.1:3000/hooks\"",
+                &format!("postgres = {{ url = \"{url}\", tls = \"off\" }}"),
+            );
+            assert!(err(&text).contains(why), "{url}: {}", err(&text));
+        }
+        assert!(err(&pg(", table = \"Inbox\"")).contains("lowercase"));
     }
 }

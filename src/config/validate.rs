@@ -304,28 +304,49 @@ fn validate_postgres(pg: RawPostgres, at: &str, paths: &Paths) -> Result<Postgre
             "{at}.url names no user: postgres://USER@HOST/DATABASE"
         ));
     }
+    if config.get_ssl_mode() != tokio_postgres::config::SslMode::Prefer {
+        return Err(format!(
+            "{at}.url sets sslmode; set {at}.tls instead (\"verify-full\" or \"off\")"
+        ));
+    }
+    if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
+        return Err(format!(
+            "{at}.url names no host: postgres://USER@HOST/DATABASE (host=/run/postgresql \
+             for the local socket)"
+        ));
+    }
     let table = pg.table.unwrap_or_else(|| DEFAULT_PG_TABLE.to_owned());
+    // Lowercase only: the name is quoted, and PostgreSQL folds an unquoted CREATE TABLE
+    // Inbox to inbox, which a quoted "Inbox" would never find.
     let part_ok = |p: &str| {
         !p.is_empty()
             && p.len() <= 63
-            && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            && p.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
             && !p.as_bytes()[0].is_ascii_digit()
     };
     let parts: Vec<&str> = table.split('.').collect();
     if parts.len() > 2 || !parts.iter().all(|p| part_ok(p)) {
         return Err(format!(
-            "{at}.table {table:?} must be a table name or schema.name of letters, digits and _"
+            "{at}.table {table:?} must be a table name or schema.name of lowercase letters, \
+             digits and _"
         ));
     }
+    use tokio_postgres::config::Host;
+    let unix = config
+        .get_hosts()
+        .iter()
+        .any(|h| matches!(h, Host::Unix(_)));
+    // Every address the connection may go to: a hostaddr, if given, is where it goes.
     let local = config.get_hosts().iter().all(|h| match h {
-        tokio_postgres::config::Host::Unix(_) => true,
-        tokio_postgres::config::Host::Tcp(name) => {
+        Host::Unix(_) => true,
+        Host::Tcp(name) => {
             name == "localhost"
                 || name
                     .parse::<std::net::IpAddr>()
                     .is_ok_and(|ip| ip.is_loopback())
         }
-    });
+    }) && config.get_hostaddrs().iter().all(|ip| ip.is_loopback());
     let tls = match pg.tls.as_deref() {
         Some("off") => {
             if !local {
@@ -337,11 +358,11 @@ fn validate_postgres(pg: RawPostgres, at: &str, paths: &Paths) -> Result<Postgre
             PgTls::Off
         }
         Some("verify-full") => PgTls::VerifyFull {
-            ca: pg.ca.map(|c| paths.base.join(c)),
+            ca: pg.ca.as_ref().map(|c| paths.base.join(c)),
         },
         None if local && pg.ca.is_none() => PgTls::Off,
         None => PgTls::VerifyFull {
-            ca: pg.ca.map(|c| paths.base.join(c)),
+            ca: pg.ca.as_ref().map(|c| paths.base.join(c)),
         },
         Some(other) => {
             return Err(format!(
@@ -350,10 +371,23 @@ fn validate_postgres(pg: RawPostgres, at: &str, paths: &Paths) -> Result<Postgre
             ));
         }
     };
-    if let PgTls::VerifyFull { ca: Some(ca) } = &tls
-        && !ca.exists()
-    {
-        return Err(format!("{at}.ca {} does not exist", ca.display()));
+    match &tls {
+        PgTls::VerifyFull { ca } => {
+            if unix {
+                return Err(format!(
+                    "{at}: a Unix socket has no host name to verify; use tls = \"off\" for it"
+                ));
+            }
+            if let Some(ca) = ca
+                && !ca.exists()
+            {
+                return Err(format!("{at}.ca {} does not exist", ca.display()));
+            }
+        }
+        PgTls::Off if pg.ca.is_some() => {
+            return Err(format!("{at}.ca is for tls = \"verify-full\""));
+        }
+        PgTls::Off => {}
     }
     let password = match pg.password {
         None => None,

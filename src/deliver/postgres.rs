@@ -27,18 +27,49 @@ pub struct PgTarget {
     client: Mutex<Option<Arc<Client>>>,
 }
 
+/// How much sooner than the attempt's timeout the server gives up a statement (or a lock it
+/// waits for): it then says why, instead of the attempt timing out with the insert still
+/// running, and a new connection piling up on the app's database each time.
+const SERVER_MARGIN: Duration = Duration::from_millis(500);
+
 impl PgTarget {
     pub fn new(target: &PostgresTarget, timeout: Duration) -> anyhow::Result<PgTarget> {
+        use tokio_postgres::config::{SslMode, TargetSessionAttrs};
         let mut config: tokio_postgres::Config = target.url.parse()?;
         if let Some(password) = &target.password {
             config.password(password.expose());
         }
         config.connect_timeout(timeout);
         config.application_name("hookinbox");
+        // `tls` decides, not libpq's default `prefer`, which goes on in clear when the
+        // server (or someone in between) declines TLS.
         let tls = match &target.tls {
-            PgTls::Off => None,
-            PgTls::VerifyFull { ca } => Some(tls::MakeRustls::new(ca.as_deref())?),
+            PgTls::Off => {
+                config.ssl_mode(SslMode::Disable);
+                None
+            }
+            PgTls::VerifyFull { ca } => {
+                config.ssl_mode(SslMode::Require);
+                Some(tls::MakeRustls::new(ca.as_deref())?)
+            }
         };
+        // Rows go to a primary: after a failover, the next host that takes writes.
+        config.target_session_attrs(TargetSessionAttrs::ReadWrite);
+        let statement_ms = timeout
+            .saturating_sub(SERVER_MARGIN)
+            .max(SERVER_MARGIN)
+            .as_millis();
+        // A commit that returns is durable on the server whatever its default; the
+        // server's own time limits end a stuck insert before hookinbox gives up on it.
+        let ours = format!(
+            "-c synchronous_commit=on -c statement_timeout={statement_ms} \
+             -c lock_timeout={statement_ms}"
+        );
+        let options = match config.get_options() {
+            Some(theirs) => format!("{theirs} {ours}"),
+            None => ours,
+        };
+        config.options(options);
         Ok(PgTarget {
             config,
             tls,
@@ -48,7 +79,7 @@ impl PgTarget {
         })
     }
 
-    /// The connection, made if there is none.
+    /// The connection, made if there is none (or it closed).
     async fn client(&self) -> Result<Arc<Client>, tokio_postgres::Error> {
         let mut held = self.client.lock().await;
         if let Some(c) = held.as_ref().filter(|c| !c.is_closed()) {
@@ -57,20 +88,12 @@ impl PgTarget {
         let client = match &self.tls {
             None => {
                 let (client, connection) = self.config.connect(tokio_postgres::NoTls).await?;
-                tokio::spawn(async move {
-                    if let Err(e) = connection.await {
-                        tracing::debug!(error = %e, "postgres target connection ended");
-                    }
-                });
+                tokio::spawn(drive(connection));
                 client
             }
             Some(tls) => {
                 let (client, connection) = self.config.connect(tls.clone()).await?;
-                tokio::spawn(async move {
-                    if let Err(e) = connection.await {
-                        tracing::debug!(error = %e, "postgres target connection ended");
-                    }
-                });
+                tokio::spawn(drive(connection));
                 client
             }
         };
@@ -79,27 +102,45 @@ impl PgTarget {
         Ok(client)
     }
 
+    /// Forgets `used`, unless another attempt has already replaced it.
+    async fn forget(&self, used: &Arc<Client>) {
+        let mut held = self.client.lock().await;
+        if held.as_ref().is_some_and(|c| Arc::ptr_eq(c, used)) {
+            *held = None;
+        }
+    }
+
+    /// One attempt within the target's timeout. Connecting is never ambiguous (nothing was
+    /// sent); once the insert is on its way, a timeout or a lost connection is: the row may
+    /// have been committed without our hearing.
     pub async fn send(&self, a: &Attempt<'_>) -> Result_ {
-        let attempt = async {
-            let client = self.client().await?;
-            let headers = serde_json::to_string(a.headers).expect("strings always serialise");
-            client
-                .execute(
-                    &self.insert,
-                    &[
-                        &a.idempotency_key,
-                        &a.source,
-                        &a.event_id,
-                        &a.event_type,
-                        &a.received_at,
-                        &headers,
-                        &a.body,
-                        &a.origin,
-                    ],
-                )
-                .await
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let client = match tokio::time::timeout_at(deadline, self.client()).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return Result_::failed(describe(&e)),
+            Err(_) => {
+                return Result_::failed(format!(
+                    "could not connect to PostgreSQL within {}",
+                    humantime::format_duration(self.timeout)
+                ));
+            }
         };
-        match tokio::time::timeout(self.timeout, attempt).await {
+        let headers = serde_json::to_string(a.headers).expect("strings always serialise");
+        // PostgreSQL's text holds no NUL, which a provider's type may (JSON allows \u0000):
+        // the event must stay deliverable whatever its type says.
+        let event_type = a.event_type.map(|t| t.replace('\0', "\u{fffd}"));
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
+            &a.idempotency_key,
+            &a.source,
+            &a.event_id,
+            &event_type,
+            &a.received_at,
+            &headers,
+            &a.body,
+            &a.origin,
+        ];
+        let insert = client.execute(&self.insert, &params);
+        match tokio::time::timeout_at(deadline, insert).await {
             // Inserted now, or already there from an earlier attempt: delivered either way.
             Ok(Ok(_)) => Result_ {
                 verdict: Verdict::Delivered,
@@ -108,21 +149,42 @@ impl PgTarget {
                 output: None,
                 ambiguous: false,
             },
-            Ok(Err(e)) => {
-                if e.is_closed() || e.as_db_error().is_none() {
-                    // The connection is not to be trusted again.
-                    *self.client.lock().await = None;
+            Ok(Err(e)) if e.as_db_error().is_some() => {
+                // The server's refusal: nothing committed. A standby or a server going
+                // down is not to be asked again on this connection.
+                let code = e.code().map_or("", |c| c.code());
+                if ["25", "57P", "08"]
+                    .iter()
+                    .any(|class| code.starts_with(class))
+                {
+                    self.forget(&client).await;
                 }
                 Result_::failed(describe(&e))
             }
+            Ok(Err(e)) => {
+                self.forget(&client).await;
+                Result_::timed_out(format!(
+                    "{} (the insert may have been committed)",
+                    describe(&e)
+                ))
+            }
             Err(_) => {
-                *self.client.lock().await = None;
+                self.forget(&client).await;
                 Result_::timed_out(format!(
                     "no answer from PostgreSQL within {}",
                     humantime::format_duration(self.timeout)
                 ))
             }
         }
+    }
+}
+
+async fn drive<T>(connection: T)
+where
+    T: std::future::Future<Output = Result<(), tokio_postgres::Error>>,
+{
+    if let Err(e) = connection.await {
+        tracing::debug!(error = %e, "postgres target connection ended");
     }
 }
 

@@ -263,6 +263,14 @@ fn a_sigkill_mid_batch_leaves_every_accepted_event_in_the_table_once() {
             .map(Result::unwrap)
             .collect()
     };
+    let dead: i64 = inbox
+        .query_row(
+            "SELECT count(*) FROM deliveries WHERE state = 'dead'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(dead, 0, "deliveries gave up");
     runtime.block_on(wait_rows(&db, in_inbox.len(), Duration::from_secs(60)));
     let in_table: Vec<String> = runtime
         .block_on(rows(&db))

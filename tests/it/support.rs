@@ -508,7 +508,7 @@ pub fn skip(requirement: &str, test: &str, why: &str) {
 }
 
 /// The PostgreSQL server the tests use: `HOOKINBOX_TEST_PG_URL`, else the throwaway cluster
-/// `scripts/pg-test-cluster.sh` starts (or finds running) under `target/pg-test`. None, after
+/// `scripts/pg-test-cluster.sh` starts (or finds running), one per checkout. None, after
 /// [`skip`] said so, where neither can be had.
 pub fn postgres(test: &str) -> Option<String> {
     static SERVER: std::sync::OnceLock<Result<String, String>> = std::sync::OnceLock::new();
@@ -548,6 +548,25 @@ pub async fn fresh_database(server: &str) -> String {
         N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     );
     let client = pg_connect(server).await;
+    // The cluster outlives test runs: the databases of runs that are over go first.
+    let old: Vec<String> = client
+        .query(
+            "SELECT datname FROM pg_database WHERE datname LIKE 't%\\_%'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    for db in old {
+        let pid = db[1..].split('_').next().unwrap_or("");
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = client
+                .batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))
+                .await;
+        }
+    }
     client
         .batch_execute(&format!("CREATE DATABASE {name}"))
         .await
