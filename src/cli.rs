@@ -299,7 +299,7 @@ fn with_config(
         Command::Recover(args) => {
             // --db names the inbox as for the other operator commands.
             let db = db.unwrap_or_else(|| config.store.path.clone());
-            commands::recover::run(&config, &db, &args, out)
+            commands::recover::run(config, &db, &args, out)
         }
         Command::Check(args) => commands::check::run(&config, &args, out),
         Command::Sign(args) => commands::sign::run(&config, &args, out),

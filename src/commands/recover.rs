@@ -49,17 +49,16 @@ struct Report {
     done: Option<recover::Done>,
 }
 
-pub fn run(config: &Config, db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
+pub fn run(config: Config, db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
+    let path = config.path.clone();
+    // Owned, to share with the API client.
     let source = config
         .sources
-        .iter()
+        .into_iter()
         .find(|s| s.name == args.source)
+        .map(Arc::new)
         .ok_or_else(|| {
-            super::NotFound(format!(
-                "no source {:?} in {}",
-                args.source,
-                config.path.display()
-            ))
+            super::NotFound(format!("no source {:?} in {}", args.source, path.display()))
         })?;
     if source.recover.is_none() {
         anyhow::bail!(
@@ -86,8 +85,6 @@ pub fn run(config: &Config, db: &Path, args: &Args, out: &mut impl Write) -> any
     let conn =
         store::open_current(db).with_context(|| format!("opening the inbox {}", db.display()))?;
     let inbox = Inbox::Direct(Arc::new(Mutex::new(conn)));
-    // The source as serve holds it, shared with the API client.
-    let source = Arc::new(clone_source(config, &args.source)?);
     let metrics = Arc::new(Metrics::new());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -172,17 +169,6 @@ pub fn run(config: &Config, db: &Path, args: &Args, out: &mut impl Write) -> any
         }
         Ok(())
     })
-}
-
-/// The configured source again, as an owned value the API client can share.
-fn clone_source(config: &Config, name: &str) -> anyhow::Result<crate::config::Source> {
-    // Sources are not Clone (secrets, schemes); loading once more is the plain way.
-    let again = crate::config::load_for(&config.path, crate::config::Purpose::Sign(name))?;
-    again
-        .sources
-        .into_iter()
-        .find(|s| s.name == name)
-        .ok_or_else(|| anyhow::anyhow!("source {name:?} vanished from {}", config.path.display()))
 }
 
 fn print_plan(plan: &Plan, dry_run: bool, out: &mut impl Write) -> anyhow::Result<()> {
