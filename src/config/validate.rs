@@ -283,6 +283,16 @@ fn validate_source(rs: RawSource, at: &str, paths: &Paths) -> Result<Source, Str
     })
 }
 
+/// Whether a host name (or an address, IPv6 in brackets or not) is this machine: where a
+/// credential may travel without TLS.
+fn is_this_machine(host: &str) -> bool {
+    host == "localhost"
+        || host
+            .trim_matches(['[', ']'])
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 /// A `postgres` target's table: checked here, so that an attempt never meets a name it
 /// cannot quote, and TLS decided by the host (off only to this machine).
 fn validate_postgres(pg: RawPostgres, at: &str, paths: &Paths) -> Result<PostgresTarget, String> {
@@ -340,12 +350,7 @@ fn validate_postgres(pg: RawPostgres, at: &str, paths: &Paths) -> Result<Postgre
     // Every address the connection may go to: a hostaddr, if given, is where it goes.
     let local = config.get_hosts().iter().all(|h| match h {
         Host::Unix(_) => true,
-        Host::Tcp(name) => {
-            name == "localhost"
-                || name
-                    .parse::<std::net::IpAddr>()
-                    .is_ok_and(|ip| ip.is_loopback())
-        }
+        Host::Tcp(name) => is_this_machine(name),
     }) && config.get_hostaddrs().iter().all(|ip| ip.is_loopback());
     let tls = match pg.tls.as_deref() {
         Some("off") => {
@@ -449,12 +454,7 @@ fn validate_recover(
     let url = r.api_url.as_deref().unwrap_or(default_url);
     let base =
         reqwest::Url::parse(url).map_err(|e| format!("{at}.api_url {url:?} is not a URL: {e}"))?;
-    let loopback = base.host_str().is_some_and(|h| {
-        h == "localhost"
-            || h.trim_matches(['[', ']'])
-                .parse::<std::net::IpAddr>()
-                .is_ok_and(|ip| ip.is_loopback())
-    });
+    let loopback = base.host_str().is_some_and(is_this_machine);
     if !(base.scheme() == "https" || (base.scheme() == "http" && loopback)) || base.host().is_none()
     {
         return Err(format!(

@@ -104,6 +104,15 @@ fn event_ids(db: &Path, source: &str) -> BTreeSet<String> {
         .collect()
 }
 
+/// A sink, a server, and a GitHub stand-in delivering to the server's `/hooks/gh` (the
+/// server gets its `gh` source from the test, by a reload naming the stand-in).
+async fn github_stand_in() -> (Sink, TestServer, FakeGitHub) {
+    let sink = Sink::start(|_, _| Reply::Status(200)).await;
+    let server = TestServer::start(ONE_SOURCE).await;
+    let fake = FakeGitHub::start(TOKEN, GH_SECRET, &format!("{}/hooks/gh", server.base)).await;
+    (sink, server, fake)
+}
+
 /// `hookinbox ARGS…` off the runtime's threads: the fakes answer it meanwhile.
 async fn cli(args: &[&str]) -> (i32, String, String) {
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
@@ -241,9 +250,7 @@ fn clock_now() -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn recover_follows_pages_waits_out_rate_limits_and_a_second_run_asks_for_nothing() {
-    let sink = Sink::start(|_, _| Reply::Status(200)).await;
-    let mut server = TestServer::start(ONE_SOURCE).await;
-    let fake = FakeGitHub::start(TOKEN, GH_SECRET, &format!("{}/hooks/gh", server.base)).await;
+    let (sink, mut server, fake) = github_stand_in().await;
     server
         .reload(&github_source(&fake, &sink, GH_SECRET))
         .await
@@ -335,9 +342,7 @@ async fn recover_follows_pages_waits_out_rate_limits_and_a_second_run_asks_for_n
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redeliveries_on_their_way_are_not_asked_for_again() {
-    let sink = Sink::start(|_, _| Reply::Status(200)).await;
-    let mut server = TestServer::start(ONE_SOURCE).await;
-    let fake = FakeGitHub::start(TOKEN, GH_SECRET, &format!("{}/hooks/gh", server.base)).await;
+    let (sink, mut server, fake) = github_stand_in().await;
     server
         .reload(&github_source(&fake, &sink, GH_SECRET))
         .await
@@ -480,9 +485,7 @@ async fn stripes_missing_events_are_stored_with_origin_api_and_a_later_webhook_i
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_api_failure_leaves_the_inbox_unchanged_and_is_reported() {
-    let sink = Sink::start(|_, _| Reply::Status(200)).await;
-    let mut server = TestServer::start(ONE_SOURCE).await;
-    let fake = FakeGitHub::start(TOKEN, GH_SECRET, &format!("{}/hooks/gh", server.base)).await;
+    let (sink, mut server, fake) = github_stand_in().await;
     // A token GitHub does not know.
     let wrong = github_source(&fake, &sink, GH_SECRET).replace(TOKEN, "github_pat_revoked");
     server.reload(&wrong).await.unwrap();
@@ -527,9 +530,7 @@ async fn an_api_failure_leaves_the_inbox_unchanged_and_is_reported() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_run_of_401s_is_a_gap_and_serve_recovers_it_once_the_secret_is_right() {
-    let sink = Sink::start(|_, _| Reply::Status(200)).await;
-    let mut server = TestServer::start(ONE_SOURCE).await;
-    let fake = FakeGitHub::start(TOKEN, GH_SECRET, &format!("{}/hooks/gh", server.base)).await;
+    let (sink, mut server, fake) = github_stand_in().await;
     // The operator configured the secret before rotating it at GitHub.
     server
         .reload(&github_source(&fake, &sink, "the-old-secret"))
@@ -658,9 +659,7 @@ async fn after_a_downtime_serve_stores_stripes_missing_events_by_itself() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_github_apps_own_hook_is_recovered_with_the_apps_jwt() {
-    let sink = Sink::start(|_, _| Reply::Status(200)).await;
-    let mut server = TestServer::start(ONE_SOURCE).await;
-    let fake = FakeGitHub::start(TOKEN, GH_SECRET, &format!("{}/hooks/gh", server.base)).await;
+    let (sink, mut server, fake) = github_stand_in().await;
     // The App's key as GitHub hands it out (PKCS#1 PEM), and its public half for the fake.
     let pem_path = concat!(
         env!("CARGO_MANIFEST_DIR"),
