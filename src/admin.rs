@@ -19,50 +19,45 @@ use hyper::{Request, Response};
 use crate::deliver;
 use crate::metrics::{DELIVERY_STATES, Metrics, StateLabels};
 use crate::receive::listener::Handler;
-use crate::store::read;
-use crate::store::writer::Writer;
+use crate::store::{Gauges, Store};
 
 /// How long `/readyz` waits for the writer to drain its queue before calling it stuck.
 const READY_PING_TIMEOUT: Duration = Duration::from_secs(2);
 
 pub struct Admin {
     pub metrics: Arc<Metrics>,
-    pub writer: Writer,
-    pub readers: read::Pool,
-    /// The inbox file, for the WAL size.
-    pub inbox: PathBuf,
+    pub store: Store,
+    /// The SQLite inbox file, for the WAL size.
+    pub inbox: Option<PathBuf>,
     pub delivery: Arc<deliver::Health>,
     /// The memory budget for request bodies, for its gauge.
     pub budget: Arc<crate::receive::BodyBudget>,
-    pub web: Arc<crate::web::Web>,
+    /// None when the inbox is in PostgreSQL: the web inbox reads SQLite, for now.
+    pub web: Option<Arc<crate::web::Web>>,
 }
 
 impl Admin {
     /// Refreshes the gauges that are read from the inbox. A failure leaves the last values
     /// and is logged: a scrape must not fail because a reader is briefly busy.
     async fn refresh(&self) {
-        let pool = self.readers.clone();
-        let counts = tokio::task::spawn_blocking(move || {
-            let conn = pool.get().map_err(|e| e.to_string())?;
-            let counts = read::delivery_counts(&conn).map_err(|e| e.to_string())?;
-            let oldest = read::oldest_pending(&conn).map_err(|e| e.to_string())?;
-            let pages = crate::store::page_counts(&conn).map_err(|e| e.to_string())?;
-            let paused = crate::store::pause::all(&conn).map_err(|e| e.to_string())?;
-            Ok::<_, String>((counts, oldest, pages, paused))
-        })
-        .await
-        .map_err(|e| e.to_string())
-        .and_then(|r| r);
-        match counts {
-            Ok((counts, oldest, (free, pages), paused)) => {
-                for (source, target) in self.web.pairs() {
+        match self.store.gauges().await {
+            Ok(Gauges {
+                counts,
+                oldest_pending: oldest,
+                paused,
+                pages,
+            }) => {
+                let pairs = self.web.as_ref().map(|w| w.pairs()).unwrap_or_default();
+                for (source, target) in pairs {
                     let on = paused
                         .iter()
                         .any(|p| p.source == source && p.target == target);
                     self.metrics.set_target_paused(&source, &target, on);
                 }
-                self.metrics.inbox_pages.set(pages);
-                self.metrics.inbox_free_pages.set(free);
+                if let Some((free, pages)) = pages {
+                    self.metrics.inbox_pages.set(pages);
+                    self.metrics.inbox_free_pages.set(free);
+                }
                 let age = oldest
                     .and_then(|t| humantime::parse_rfc3339(&t).ok())
                     .and_then(|t| SystemTime::now().duration_since(t).ok())
@@ -84,12 +79,14 @@ impl Admin {
         self.metrics
             .body_bytes_in_memory
             .set(i64::try_from(self.budget.in_use()).unwrap_or(i64::MAX));
-        let mut wal = self.inbox.clone().into_os_string();
-        wal.push("-wal");
-        let wal_len = std::fs::metadata(&wal).map_or(0, |m| m.len());
-        self.metrics
-            .wal_bytes
-            .set(i64::try_from(wal_len).unwrap_or(i64::MAX));
+        if let Some(inbox) = &self.inbox {
+            let mut wal = inbox.clone().into_os_string();
+            wal.push("-wal");
+            let wal_len = std::fs::metadata(&wal).map_or(0, |m| m.len());
+            self.metrics
+                .wal_bytes
+                .set(i64::try_from(wal_len).unwrap_or(i64::MAX));
+        }
     }
 }
 
@@ -97,7 +94,14 @@ impl Handler for Admin {
     async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Full<Bytes>> {
         let own = matches!(req.uri().path(), "/metrics" | "/healthz" | "/readyz");
         if !own {
-            return self.web.handle(req, peer).await;
+            return match &self.web {
+                Some(web) => web.handle(req, peer).await,
+                None => text(
+                    StatusCode::NOT_IMPLEMENTED,
+                    "the web inbox reads a SQLite inbox for now; this one is in PostgreSQL: \
+                     query it with psql (the same views as the README's sqlite3 queries)\n",
+                ),
+            };
         }
         if req.method() != Method::GET {
             return text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
@@ -115,10 +119,10 @@ impl Handler for Admin {
             }
             "/healthz" => text(StatusCode::OK, "ok\n"),
             "/readyz" => {
-                let drains = tokio::time::timeout(READY_PING_TIMEOUT, self.writer.ping())
+                let drains = tokio::time::timeout(READY_PING_TIMEOUT, self.store.ping())
                     .await
                     .is_ok_and(|r| r.is_ok());
-                let commits = self.writer.health().last_commit_ok.load(Ordering::Relaxed);
+                let commits = self.store.health().last_commit_ok.load(Ordering::Relaxed);
                 if self.delivery.draining.load(Ordering::Relaxed) {
                     return text(
                         StatusCode::SERVICE_UNAVAILABLE,

@@ -328,6 +328,13 @@ fn offline_command(
     offline: Option<&config::Offline>,
     command: &Command,
 ) -> anyhow::Result<()> {
+    if let Some(url) = offline.and_then(|o| o.postgres.as_ref()) {
+        anyhow::bail!(
+            "this configuration keeps the inbox in PostgreSQL ({url}); the operator commands \
+             read a SQLite inbox for now: query the database with psql (the same views as \
+             the README's sqlite3 queries)"
+        );
+    }
     if !db.exists() {
         anyhow::bail!(
             "no inbox at {}; is --config or --db right? (serve creates it)",

@@ -35,6 +35,7 @@ pub mod deliver;
 pub mod failpoint;
 pub mod metrics;
 pub mod oracle;
+pub mod pg;
 pub mod proxy;
 pub mod receive;
 pub mod recover;

@@ -21,14 +21,14 @@ use tokio::task::JoinHandle;
 
 use super::reload;
 use crate::admin::Admin;
-use crate::config::{self, Config, Source};
+use crate::config::{self, Backend, Config, Source};
 use crate::deliver::{self, Deliverer};
 use crate::metrics::Metrics;
 use crate::receive::listener::{self, Limits};
 use crate::receive::tls;
 use crate::receive::{BodyBudget, Receiver};
 use crate::store::writer::Writer;
-use crate::store::{self, retention};
+use crate::store::{self, Store, retention};
 
 /// Marks dead the pending deliveries of targets no longer configured (see
 /// [`queue::retire_unknown_targets`]).
@@ -124,10 +124,11 @@ pub struct Running {
     pub metrics: Arc<Metrics>,
     receiver: Arc<Receiver>,
     deliverer: Arc<Mutex<Option<Deliverer>>>,
-    writer: Writer,
+    store: Store,
     delivery: Arc<deliver::Health>,
     retention: retention::Settings,
-    web: Arc<crate::web::Web>,
+    /// The web inbox, which reads a SQLite inbox (none on PostgreSQL, for now).
+    web: Option<Arc<crate::web::Web>>,
     board: Arc<crate::alerts::Board>,
     /// The sources, for the heartbeat and recovery.
     sources: watch::Sender<Vec<Arc<Source>>>,
@@ -146,12 +147,12 @@ impl Running {
             done,
             receiver,
             deliverer,
-            writer,
+            store,
             web,
             ..
         } = self;
         // These hold writer handles: the writer closes the inbox once the last one is gone.
-        drop((receiver, deliverer, writer, web));
+        drop((receiver, deliverer, store, web));
         let _ = stop.send(());
         let _ = done.await;
     }
@@ -162,11 +163,11 @@ impl Running {
     /// than three quarters of a period apart while the service works; a wedged service
     /// stops feeding and is restarted.
     fn feed_watchdog(&self, d: Duration) -> JoinHandle<()> {
-        let (writer, delivery) = (self.writer.clone(), self.delivery.clone());
+        let (store, delivery) = (self.store.clone(), self.delivery.clone());
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(d / 4).await;
-                let drains = tokio::time::timeout(d / 2, writer.ping())
+                let drains = tokio::time::timeout(d / 2, store.ping())
                     .await
                     .is_ok_and(|r| r.is_ok());
                 match (drains, delivery.stuck()) {
@@ -208,10 +209,13 @@ impl Running {
         };
         // The last fallible step. Done before the switch, the old loops may still be
         // finishing attempts of a removed target; they record those, and claim nothing
-        // retired.
-        retire_unknown_targets(&self.writer, &sources, &config.alerts)
-            .await
-            .context("retiring the deliveries of removed targets")?;
+        // retired. (Not on PostgreSQL: replicas in the middle of a rollout disagree about
+        // which targets exist, and one must not retire what the others deliver.)
+        if let Some((writer, _)) = self.store.sqlite() {
+            retire_unknown_targets(writer, &sources, &config.alerts)
+                .await
+                .context("retiring the deliveries of removed targets")?;
+        }
 
         // First, so that the new sources' series are there before their first request.
         self.metrics.configure(&sources, &config.alerts);
@@ -222,7 +226,9 @@ impl Running {
             acceptor.swap(tls_config);
         }
         self.retention.replace(&sources);
-        self.web.reload(&sources, &config.alerts);
+        if let Some(web) = &self.web {
+            web.reload(&sources, &config.alerts);
+        }
         self.board.configure(&sources, &config.alerts);
         let _ = self.sources.send(sources.clone());
         let targets: usize = sources.iter().map(|s| s.targets.len()).sum();
@@ -237,19 +243,23 @@ impl Running {
     }
 }
 
-/// Opens the inbox, binds both listeners and starts serving.
-pub async fn start(config: Config) -> anyhow::Result<Running> {
-    // reqwest is built without a default crypto provider so that only ring is in the tree;
-    // this installs it (a second call, as in tests, finds it installed).
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let metrics = Arc::new(Metrics::new());
+/// The SQLite inbox's parts that `serve` holds besides its [`Store`].
+struct Sqlite {
+    writer: Writer,
+    readers: store::read::Pool,
+    thread: std::thread::JoinHandle<()>,
+    lock: store::lock::InboxLock,
+}
+
+/// Opens the SQLite inbox: its lock first (a second serve must not even migrate it), then
+/// the writer, which creates and migrates it.
+fn open_sqlite(config: &Config, metrics: &Arc<Metrics>) -> anyhow::Result<Sqlite> {
     let store_path = config.store.path.clone();
     if let Some(dir) = store_path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("creating the inbox directory {}", dir.display()))?;
     }
-    // Before the inbox is opened: a second serve must not even migrate it.
-    let inbox_lock = store::lock::InboxLock::acquire(&store_path)?;
+    let lock = store::lock::InboxLock::acquire(&store_path)?;
     // Opening migrates, which may rewrite a large inbox once (minutes for many GiB): long
     // past systemd's start timeout, which would kill it and start the rewrite again, forever.
     let opening = extend_start_timeout();
@@ -259,8 +269,43 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         metrics.clone(),
     );
     drop(opening);
-    let (writer, writer_thread) =
+    let (writer, thread) =
         opened.with_context(|| format!("opening the inbox {}", store_path.display()))?;
+    Ok(Sqlite {
+        writer,
+        readers: store::read::pool(&store_path),
+        thread,
+        lock,
+    })
+}
+
+/// Opens the inbox, binds both listeners and starts serving.
+pub async fn start(config: Config) -> anyhow::Result<Running> {
+    // reqwest is built without a default crypto provider so that only ring is in the tree;
+    // this installs it (a second call, as in tests, finds it installed).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let metrics = Arc::new(Metrics::new());
+    let store_path = config.store.path.clone();
+    let (store, sqlite) = match &config.store.backend {
+        Backend::Sqlite => {
+            let sqlite = open_sqlite(&config, &metrics)?;
+            let store = Store::Sqlite {
+                writer: sqlite.writer.clone(),
+                readers: sqlite.readers.clone(),
+            };
+            (store, Some(sqlite))
+        }
+        Backend::Postgres(pg) => {
+            let inbox = store::pg::Inbox::start(pg, metrics.clone())
+                .await
+                .with_context(|| format!("opening the PostgreSQL inbox at {}", pg.url))?;
+            (Store::Postgres(inbox), None)
+        }
+    };
+    let inbox_name = match &config.store.backend {
+        Backend::Sqlite => store_path.display().to_string(),
+        Backend::Postgres(pg) => pg.url.clone(),
+    };
 
     let public = TcpListener::bind(config.server.listen)
         .await
@@ -280,7 +325,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         })?;
     let public_addr = public.local_addr()?;
     let admin_addr = admin.local_addr()?;
-    writer
+    store
         .ping()
         .await
         .context("the inbox writer did not start")?;
@@ -311,106 +356,114 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         tls: None,
         closed_for_room: room("admin"),
     };
-    let readers = store::read::pool(&store_path);
     let restart_only = config.restart_only();
     let sources: Vec<Arc<Source>> = config.sources.into_iter().map(Arc::new).collect();
     metrics.configure(&sources, &config.alerts);
-    retire_unknown_targets(&writer, &sources, &config.alerts).await?;
-    let deliverer = Deliverer::start(
-        &sources,
-        &config.alerts,
-        writer.clone(),
-        readers.clone(),
-        metrics.clone(),
-    )
-    .context("setting up the delivery targets")?;
+    if let Some(sq) = &sqlite {
+        retire_unknown_targets(&sq.writer, &sources, &config.alerts).await?;
+    }
+    let deliverer = Deliverer::start(&sources, &config.alerts, store.clone(), metrics.clone())
+        .context("setting up the delivery targets")?;
     let delivery_health = deliverer.health();
     let delivery = delivery_health.clone();
-    let writer_handle = writer.clone();
     let deliverer = Arc::new(Mutex::new(Some(deliverer)));
     let retention = retention::Settings::new(&sources);
     let (retention_stop, retention_stopped) = watch::channel(false);
-    let retention_task = tokio::spawn(retention::run_periodically(
-        writer.clone(),
-        retention.clone(),
-        config.store.retention_interval,
-        retention_stopped.clone(),
-    ));
     let budget = Arc::new(BodyBudget::new(config.server.body_budget));
-    // What each source missed since it was last seen receiving (a stop, a crash), recorded
-    // before the first request is taken.
-    let names: Vec<String> = sources.iter().map(|s| s.name.clone()).collect();
-    let gaps_at_start = writer
-        .job(move |conn, now| store::gaps::start(conn, &names, now))
-        .await
-        .context("recording when each source was last receiving")?;
-    for gap in &gaps_at_start {
-        tracing::warn!(
-            source = gap.source,
-            from = gap.started_at,
-            until = gap.ended_at,
-            detail = gap.detail,
-            "the source was not receiving: a gap"
-        );
-    }
     let watch = Arc::new(crate::recover::watch::Watch::default());
     let (sources_tx, sources_rx) = watch::channel(sources.clone());
-    let (gap_tx, gap_rx) = tokio::sync::mpsc::unbounded_channel();
     let (heartbeat_stop, heartbeat_stopped) = watch::channel(false);
-    let heartbeat_task = tokio::spawn(crate::recover::watch::heartbeat(
-        writer.clone(),
-        watch.clone(),
-        sources_rx.clone(),
-        gap_tx,
-        heartbeat_stopped,
-    ));
-    let recover_task = tokio::spawn(crate::recover::serve::run(
-        sources_rx,
-        writer.clone(),
-        metrics.clone(),
-        gaps_at_start,
-        gap_rx,
-        retention_stopped.clone(),
-    ));
-    let learnt = writer
-        .job(|conn, _| store::learnt::all(conn))
-        .await
-        .context("reading the secrets sources learnt from handshakes")?;
+    let board = Arc::new(crate::alerts::Board::new(&sources, &config.alerts));
+    // What runs on the SQLite inbox only, for now: retention, the heartbeat and gaps,
+    // recovery, learnt secrets, alert notifications and the web inbox (configuration
+    // refuses what would need them on PostgreSQL).
+    let mut learnt = Vec::new();
+    let mut tasks = Vec::new();
+    let mut heartbeat_task = None;
+    let mut recover_task = None;
+    let mut web = None;
+    if let Some(sq) = &sqlite {
+        let writer = &sq.writer;
+        tasks.push(tokio::spawn(retention::run_periodically(
+            writer.clone(),
+            retention.clone(),
+            config.store.retention_interval,
+            retention_stopped.clone(),
+        )));
+        // What each source missed since it was last seen receiving (a stop, a crash),
+        // recorded before the first request is taken.
+        let names: Vec<String> = sources.iter().map(|s| s.name.clone()).collect();
+        let gaps_at_start = writer
+            .job(move |conn, now| store::gaps::start(conn, &names, now))
+            .await
+            .context("recording when each source was last receiving")?;
+        for gap in &gaps_at_start {
+            tracing::warn!(
+                source = gap.source,
+                from = gap.started_at,
+                until = gap.ended_at,
+                detail = gap.detail,
+                "the source was not receiving: a gap"
+            );
+        }
+        let (gap_tx, gap_rx) = tokio::sync::mpsc::unbounded_channel();
+        heartbeat_task = Some(tokio::spawn(crate::recover::watch::heartbeat(
+            writer.clone(),
+            watch.clone(),
+            sources_rx.clone(),
+            gap_tx,
+            heartbeat_stopped,
+        )));
+        recover_task = Some(tokio::spawn(crate::recover::serve::run(
+            sources_rx,
+            writer.clone(),
+            metrics.clone(),
+            gaps_at_start,
+            gap_rx,
+            retention_stopped.clone(),
+        )));
+        learnt = writer
+            .job(|conn, _| store::learnt::all(conn))
+            .await
+            .context("reading the secrets sources learnt from handshakes")?;
+        tasks.push(tokio::spawn(crate::alerts::run(
+            board.clone(),
+            sq.readers.clone(),
+            writer.clone(),
+            metrics.clone(),
+            retention_stopped.clone(),
+        )));
+        web = Some(Arc::new(crate::web::Web::new(
+            sq.readers.clone(),
+            writer.clone(),
+            &config.admin,
+            &sources,
+            &config.alerts,
+            board.clone(),
+        )));
+    }
     let receiver = Arc::new(Receiver::new(
         &sources,
         &config.server,
-        writer.clone(),
+        store.clone(),
         metrics.clone(),
         budget.clone(),
         learnt,
         watch,
     ));
-    let board = Arc::new(crate::alerts::Board::new(&sources, &config.alerts));
-    let alerts_task = tokio::spawn(crate::alerts::run(
-        board.clone(),
-        readers.clone(),
-        writer.clone(),
-        metrics.clone(),
-        retention_stopped.clone(),
-    ));
-    let web = Arc::new(crate::web::Web::new(
-        readers.clone(),
-        writer.clone(),
-        &config.admin,
-        &sources,
-        &config.alerts,
-        board.clone(),
-    ));
     let admin_handler = Arc::new(Admin {
         metrics: metrics.clone(),
         web: web.clone(),
-        writer,
-        readers,
-        inbox: store_path.clone(),
+        store: store.clone(),
+        inbox: sqlite.is_some().then(|| store_path.clone()),
         delivery: delivery_health,
         budget,
     });
-    let sources = sources.len();
+    let source_count = sources.len();
+    let (sqlite_thread, inbox_lock) = match sqlite {
+        Some(sq) => (Some(sq.thread), Some(sq.lock)),
+        None => (None, None),
+    };
 
     let (receiver_task, deliverer_task) = (receiver.clone(), deliverer.clone());
     let (stop, stopped) = oneshot::channel::<()>();
@@ -434,44 +487,56 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
                 d.shutdown().await;
             }
         };
-        let ((), _, _, _) = tokio::join!(drain, public_task, retention_task, alerts_task);
+        // Retention and alerts have seen the stop too.
+        let ((), _, _) = tokio::join!(drain, public_task, futures_util::future::join_all(tasks));
         // Recovery may be waiting out a provider's rate limit: it is idempotent, so it
-        // stops where it is. The heartbeat writes the clean stop: no request is taken now.
-        recover_task.abort();
-        let _ = recover_task.await;
+        // stops where it is.
+        if let Some(task) = recover_task {
+            task.abort();
+            let _ = task.await;
+        }
+        // The heartbeat writes the clean stop: no request is taken now. Bounded like the
+        // writer's flush: a stalled disk must not hold the shutdown.
         let _ = heartbeat_stop.send(true);
-        // Bounded like the writer's flush: a stalled disk must not hold the shutdown.
-        let heartbeat_abort = heartbeat_task.abort_handle();
-        if tokio::time::timeout(WRITER_FLUSH_TIMEOUT, heartbeat_task)
-            .await
-            .is_err()
-        {
-            heartbeat_abort.abort();
+        if let Some(heartbeat) = heartbeat_task {
+            let abort = heartbeat.abort_handle();
+            if tokio::time::timeout(WRITER_FLUSH_TIMEOUT, heartbeat)
+                .await
+                .is_err()
+            {
+                abort.abort();
+            }
         }
         let _ = admin_stop.send(());
         let _ = admin_task.await;
         // Every Writer handle is gone with the listeners' handlers and the worker: the
         // thread commits what is queued, closes the inbox, and ends. A connection still stuck
         // past the drain keeps a handle alive; it is bounded by the body timeout and the
-        // commit wait, and so is this.
-        let flushed = tokio::task::spawn_blocking(move || writer_thread.join());
-        match tokio::time::timeout(WRITER_FLUSH_TIMEOUT, flushed).await {
-            Ok(_) => tracing::info!("stopped; the inbox is closed"),
-            Err(_) => tracing::warn!(
-                "stopped without waiting longer for the writer; every acknowledged event is already committed"
-            ),
+        // commit wait, and so is this. (On PostgreSQL every answered event is committed
+        // already; the batchers end with their last handle.)
+        if let Some(thread) = sqlite_thread {
+            let flushed = tokio::task::spawn_blocking(move || thread.join());
+            match tokio::time::timeout(WRITER_FLUSH_TIMEOUT, flushed).await {
+                Ok(_) => tracing::info!("stopped; the inbox is closed"),
+                Err(_) => tracing::warn!(
+                    "stopped without waiting longer for the writer; every acknowledged event is already committed"
+                ),
+            }
+        } else {
+            tracing::info!("stopped");
         }
         // Only now may another serve open the inbox.
         drop(inbox_lock);
     });
-    tracing::info!(public = %public_addr, admin = %admin_addr, inbox = %store_path.display(), sources, "listening");
+    tracing::info!(public = %public_addr, admin = %admin_addr, inbox = %inbox_name,
+        sources = source_count, "listening");
     Ok(Running {
         public_addr,
         admin_addr,
         metrics,
         receiver,
         deliverer,
-        writer: writer_handle,
+        store,
         delivery,
         retention,
         web,

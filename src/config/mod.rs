@@ -143,7 +143,40 @@ pub struct Store {
     pub synchronous: Synchronous,
     /// How often `serve` applies the retention windows and gives freed pages back.
     pub retention_interval: Duration,
+    /// Where the inbox lives: the SQLite file at `path`, or a PostgreSQL database that
+    /// several replicas share (then `path` only places serve's own local files).
+    pub backend: Backend,
 }
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres(PgStore),
+}
+
+/// `[store] backend = "postgres"`: the inbox in a PostgreSQL database.
+#[derive(Debug, Clone)]
+pub struct PgStore {
+    /// A libpq-style URL without a password (`postgres://hookinbox@db.internal/hookinbox`).
+    pub url: String,
+    pub password: Option<Secret>,
+    pub tls: PgTls,
+    /// Connections for claims, attempts' results and reads, besides the one that commits
+    /// received events.
+    pub pool: usize,
+}
+
+/// Compared without the password, as [`PostgresTarget`].
+impl PartialEq for PgStore {
+    fn eq(&self, other: &PgStore) -> bool {
+        self.url == other.url && self.tls == other.tls && self.pool == other.pool
+    }
+}
+impl Eq for PgStore {}
+
+/// `store.pool` by default, and its bounds.
+pub const DEFAULT_PG_POOL: usize = 4;
+pub const MAX_PG_POOL: usize = 64;
 
 /// `store.retention_interval` by default: often enough that a day's payloads go within
 /// minutes of their window, rarely enough to cost nothing.
@@ -455,6 +488,9 @@ pub struct Offline {
     pub path: PathBuf,
     pub store: Store,
     pub sources: Vec<OfflineSource>,
+    /// With `backend = "postgres"`: the database's URL. The operator commands read a
+    /// SQLite inbox; they say so rather than open a file that is not the inbox.
+    pub postgres: Option<String>,
 }
 
 /// One source as the operator commands see it.
@@ -489,7 +525,10 @@ pub fn load_offline(path: &Path) -> anyhow::Result<Offline> {
             path: base.join(&raw.store.path),
             synchronous: raw.store.synchronous,
             retention_interval: raw.store.retention_interval,
+            backend: Backend::Sqlite,
         },
+        postgres: (raw.store.backend.as_deref() == Some("postgres"))
+            .then(|| raw.store.url.clone().unwrap_or_default()),
         sources: raw
             .sources
             .into_iter()
@@ -599,6 +638,7 @@ impl RestartOnly {
                     path,
                     synchronous,
                     retention_interval,
+                    backend,
                 },
         } = self;
         // Destructured above, to the last field, so that a new one cannot be forgotten.
@@ -621,6 +661,7 @@ impl RestartOnly {
             ("admin.hosts", *hosts != other.admin.hosts),
             ("store.path", *path != other.store.path),
             ("store.synchronous", *synchronous != other.store.synchronous),
+            ("store.backend", *backend != other.store.backend),
             (
                 "store.retention_interval",
                 *retention_interval != other.store.retention_interval,

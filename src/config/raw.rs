@@ -93,6 +93,19 @@ pub(super) struct RawStore {
         deserialize_with = "de_duration"
     )]
     pub(super) retention_interval: Duration,
+    /// "sqlite" (the default) or "postgres"; the keys below are for "postgres".
+    #[serde(default)]
+    pub(super) backend: Option<String>,
+    #[serde(default)]
+    pub(super) url: Option<String>,
+    #[serde(default)]
+    pub(super) password: Option<String>,
+    #[serde(default)]
+    pub(super) tls: Option<String>,
+    #[serde(default)]
+    pub(super) ca: Option<PathBuf>,
+    #[serde(default)]
+    pub(super) pool: Option<usize>,
 }
 
 /// One `[[sources]]` table. Not `deny_unknown_fields`: the keys it does not know are the

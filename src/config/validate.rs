@@ -93,6 +93,7 @@ pub(super) fn validate(
     if !(MIN_RETENTION_INTERVAL..=MAX_RETENTION_INTERVAL).contains(&raw.store.retention_interval) {
         return Err("store.retention_interval must be between 1s and 1d".into());
     }
+    let backend = validate_backend(&raw.store, &paths)?;
     let store_path = paths.base.join(&raw.store.path);
     if store_path.is_dir() {
         return Err(format!(
@@ -154,6 +155,9 @@ pub(super) fn validate(
         }
         alerts.push(validate_target(rt, &at, &paths)?);
     }
+    if let Backend::Postgres(_) = &backend {
+        not_yet_on_postgres(&sources, &alerts)?;
+    }
     Ok(Config {
         path: path.to_owned(),
         server: Server {
@@ -175,6 +179,7 @@ pub(super) fn validate(
             path: store_path,
             synchronous: raw.store.synchronous,
             retention_interval: raw.store.retention_interval,
+            backend,
         },
         sources,
         alerts,
@@ -297,6 +302,143 @@ fn is_this_machine(host: &str) -> bool {
 /// cannot quote, and TLS decided by the host (off only to this machine).
 fn validate_postgres(pg: RawPostgres, at: &str, paths: &Paths) -> Result<PostgresTarget, String> {
     let at = format!("{at}.postgres");
+    let (url, password, tls) = validate_pg_connection(
+        PgConnection {
+            url: pg.url,
+            password: pg.password,
+            tls: pg.tls,
+            ca: pg.ca,
+        },
+        &at,
+        paths,
+    )?;
+    let table = pg.table.unwrap_or_else(|| DEFAULT_PG_TABLE.to_owned());
+    // Lowercase only: the name is quoted, and PostgreSQL folds an unquoted CREATE TABLE
+    // Inbox to inbox, which a quoted "Inbox" would never find.
+    let part_ok = |p: &str| {
+        !p.is_empty()
+            && p.len() <= 63
+            && p.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+            && !p.as_bytes()[0].is_ascii_digit()
+    };
+    let parts: Vec<&str> = table.split('.').collect();
+    if parts.len() > 2 || !parts.iter().all(|p| part_ok(p)) {
+        return Err(format!(
+            "{at}.table {table:?} must be a table name or schema.name of lowercase letters, \
+             digits and _"
+        ));
+    }
+    Ok(PostgresTarget {
+        url,
+        table,
+        password,
+        tls,
+    })
+}
+
+/// `[store] backend`, and for "postgres" its connection.
+fn validate_backend(store: &super::raw::RawStore, paths: &Paths) -> Result<Backend, String> {
+    let pg_keys = [
+        ("url", store.url.is_some()),
+        ("password", store.password.is_some()),
+        ("tls", store.tls.is_some()),
+        ("ca", store.ca.is_some()),
+        ("pool", store.pool.is_some()),
+    ];
+    match store.backend.as_deref() {
+        None | Some("sqlite") => {
+            if let Some((key, _)) = pg_keys.iter().find(|(_, set)| *set) {
+                return Err(format!(
+                    "store.{key} is for backend = \"postgres\"; the SQLite inbox is store.path"
+                ));
+            }
+            Ok(Backend::Sqlite)
+        }
+        Some("postgres") => {
+            let Some(url) = store.url.clone() else {
+                return Err("store.backend = \"postgres\" needs store.url, e.g. \
+                     \"postgres://hookinbox@db.internal/hookinbox\""
+                    .into());
+            };
+            if store.synchronous != Synchronous::Full {
+                return Err("store.synchronous is SQLite's; PostgreSQL commits with \
+                     synchronous_commit = on, always"
+                    .into());
+            }
+            let pool = store.pool.unwrap_or(DEFAULT_PG_POOL);
+            if pool == 0 || pool > MAX_PG_POOL {
+                return Err(format!("store.pool must be between 1 and {MAX_PG_POOL}"));
+            }
+            let (url, password, tls) = validate_pg_connection(
+                PgConnection {
+                    url,
+                    password: store.password.clone(),
+                    tls: store.tls.clone(),
+                    ca: store.ca.clone(),
+                },
+                "store",
+                paths,
+            )?;
+            Ok(Backend::Postgres(PgStore {
+                url,
+                password,
+                tls,
+                pool,
+            }))
+        }
+        Some(other) => Err(format!(
+            "store.backend {other:?} is not a backend; write \"sqlite\" (the default: one file \
+             on this machine) or \"postgres\" (one database that several replicas share)"
+        )),
+    }
+}
+
+/// What `serve` does not do yet with the inbox in PostgreSQL, refused by name rather than
+/// silently left out.
+fn not_yet_on_postgres(sources: &[Source], alerts: &[Target]) -> Result<(), String> {
+    if let Some(t) = alerts.first() {
+        return Err(format!(
+            "alerts ({:?}): alert notifications need the SQLite inbox for now; with \
+             backend = \"postgres\", alert on the Prometheus rules (docs/monitoring.md)",
+            t.name
+        ));
+    }
+    for s in sources {
+        if s.recover.is_some() {
+            return Err(format!(
+                "sources ({:?}).recover needs the SQLite inbox for now; run `hookinbox recover` \
+                 against a SQLite inbox, or leave recover out",
+                s.name
+            ));
+        }
+        if s.scheme.verifier().learns_secret() {
+            return Err(format!(
+                "sources ({:?}): a secret learnt from a handshake needs the SQLite inbox for now; \
+                 configure the secret instead",
+                s.name
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The keys that say how to reach a PostgreSQL server, as written (`[store]` and a
+/// `postgres` target share them).
+struct PgConnection {
+    url: String,
+    password: Option<String>,
+    tls: Option<String>,
+    ca: Option<PathBuf>,
+}
+
+/// Checks a server's URL and decides TLS by its hosts: off only to this machine, verified
+/// otherwise. `at` names the table the keys are in.
+fn validate_pg_connection(
+    pg: PgConnection,
+    at: &str,
+    paths: &Paths,
+) -> Result<(String, Option<Secret>, PgTls), String> {
     let config: tokio_postgres::Config = pg.url.parse().map_err(|e| {
         format!(
             "{at}.url {:?} is not a PostgreSQL URL ({e}); write postgres://USER@HOST/DATABASE",
@@ -323,23 +465,6 @@ fn validate_postgres(pg: RawPostgres, at: &str, paths: &Paths) -> Result<Postgre
         return Err(format!(
             "{at}.url names no host: postgres://USER@HOST/DATABASE (host=/run/postgresql \
              for the local socket)"
-        ));
-    }
-    let table = pg.table.unwrap_or_else(|| DEFAULT_PG_TABLE.to_owned());
-    // Lowercase only: the name is quoted, and PostgreSQL folds an unquoted CREATE TABLE
-    // Inbox to inbox, which a quoted "Inbox" would never find.
-    let part_ok = |p: &str| {
-        !p.is_empty()
-            && p.len() <= 63
-            && p.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-            && !p.as_bytes()[0].is_ascii_digit()
-    };
-    let parts: Vec<&str> = table.split('.').collect();
-    if parts.len() > 2 || !parts.iter().all(|p| part_ok(p)) {
-        return Err(format!(
-            "{at}.table {table:?} must be a table name or schema.name of lowercase letters, \
-             digits and _"
         ));
     }
     use tokio_postgres::config::Host;
@@ -403,12 +528,7 @@ fn validate_postgres(pg: RawPostgres, at: &str, paths: &Paths) -> Result<Postgre
                 .0,
         ),
     };
-    Ok(PostgresTarget {
-        url: pg.url,
-        table,
-        password,
-        tls,
-    })
+    Ok((pg.url, password, tls))
 }
 
 /// The provider APIs `recover.api` may name, with the scheme each one fills.

@@ -17,7 +17,6 @@ pub mod http;
 pub mod pace;
 pub mod postgres;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
@@ -28,10 +27,9 @@ use tokio::task::JoinSet;
 use crate::clock;
 use crate::config::{Rate, Source, Target, TargetKind};
 use crate::metrics::{AttemptLabels, Metrics, TargetLabels};
-use crate::store::pause::{self, Paused};
-use crate::store::queue::{self, ClaimRequest, Claimed, EventData, Finished, Next};
-use crate::store::read;
-use crate::store::writer::Writer;
+use crate::store::Store;
+use crate::store::pause::Paused;
+use crate::store::queue::{ClaimRequest, Claimed, EventData, Finished, Next};
 use pace::Pace;
 
 /// How long a target's task sleeps at most before looking for due work again, when nothing
@@ -188,8 +186,7 @@ impl TargetRun {
 /// Everything an attempt task needs.
 #[derive(Clone)]
 struct Shared {
-    writer: Writer,
-    readers: read::Pool,
+    store: Store,
     metrics: Arc<Metrics>,
 }
 
@@ -277,15 +274,10 @@ impl Deliverer {
     pub fn start(
         sources: &[Arc<Source>],
         alerts: &[Target],
-        writer: Writer,
-        readers: read::Pool,
+        store: Store,
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<Deliverer> {
-        let shared = Shared {
-            writer,
-            readers,
-            metrics,
-        };
+        let shared = Shared { store, metrics };
         let health = Arc::new(Health::default());
         let current = Self::spawn(Self::plan(sources, alerts)?, Vec::new(), &shared, &health);
         Ok(Deliverer {
@@ -336,7 +328,7 @@ impl Deliverer {
         for target in runs {
             let beat = Arc::new(AtomicU64::new(unix_millis()));
             beats.push((format!("{}/{}", target.source, target.name), beat.clone()));
-            let commits = shared.writer.commits().subscribe(&target.source);
+            let commits = shared.store.commits().subscribe(&target.source);
             tasks.spawn(run_target(
                 target,
                 shared.clone(),
@@ -436,11 +428,7 @@ async fn sweeper(
         }
         if !removed.targets.is_empty() && Instant::now() < removed.until {
             let pairs = removed.targets.clone();
-            match shared
-                .writer
-                .job(move |conn, now| queue::retire_targets(conn, &pairs, now))
-                .await
-            {
+            match shared.store.retire_targets(pairs).await {
                 Ok(0) => {}
                 Ok(n) => tracing::warn!(
                     deliveries = n,
@@ -452,14 +440,14 @@ async fn sweeper(
                 }
             }
         }
-        match shared.writer.sweep().await {
+        match shared.store.sweep().await {
             Ok(0) => {}
             Ok(n) => {
                 tracing::warn!(
                     deliveries = n,
                     "leases expired (an attempt never finished); queued again under the same keys"
                 );
-                shared.writer.commits().all();
+                shared.store.commits().all();
             }
             Err(e) => tracing::warn!(error = %e, "sweeping expired leases failed; will try again"),
         }
@@ -496,7 +484,7 @@ async fn run_target(
             || last_claim.elapsed() >= CLAIM_BATCH_WAIT;
         if free > 0 && batch_ready {
             last_claim = Instant::now();
-            let mut due = match look(&shared.readers, &t).await {
+            let mut due = match look(&shared.store, &t).await {
                 Some(look) => {
                     note_pause(&t, &mut paused, look.paused);
                     look.due
@@ -525,7 +513,7 @@ async fn run_target(
                     max_attempts: t.max_attempts(),
                     ordered: t.ordered,
                 };
-                match shared.writer.claim(request).await {
+                match shared.store.claim(request).await {
                     // Claimed, then forgotten as a crash would: the leases bring them back.
                     Ok(_) if crate::failpoint::error("deliver.after_claim") => due = None,
                     Ok(claims) => {
@@ -535,7 +523,7 @@ async fn run_target(
                         let all = claims.len() == allowed;
                         // One read for the whole claim, not one per attempt.
                         let ids: Vec<i64> = claims.iter().map(|c| c.event).collect();
-                        let mut events = load_events(&shared.readers, ids).await;
+                        let mut events = shared.store.events(ids).await;
                         for c in claims {
                             let event = match &mut events {
                                 Ok(found) => Ok(found.remove(&c.event)),
@@ -548,7 +536,7 @@ async fn run_target(
                             // stopped this claim, the next turn sleeps until it allows more).
                             continue;
                         }
-                        due = look(&shared.readers, &t).await.and_then(|l| l.due);
+                        due = look(&shared.store, &t).await.and_then(|l| l.due);
                     }
                     Err(e) => {
                         tracing::warn!(source = %t.source, target = %t.name, error = %e, "claiming deliveries failed");
@@ -604,28 +592,17 @@ struct Look {
 
 /// Reads whether the target is paused and when its next pending delivery is due; None when
 /// the inbox could not be read (logged).
-async fn look(readers: &read::Pool, t: &TargetRun) -> Option<Look> {
-    let (pool, source, target) = (readers.clone(), t.source.clone(), t.name.clone());
-    let read = tokio::task::spawn_blocking(move || {
-        let conn = pool.get().map_err(|e| e.to_string())?;
-        let paused = pause::all(&conn)
-            .map_err(|e| e.to_string())?
-            .into_iter()
-            .find(|p| p.source == source && p.target == target);
-        let due = queue::next_due(&conn, &source, &target).map_err(|e| e.to_string())?;
-        Ok::<_, String>((paused, due))
-    })
-    .await;
+async fn look(store: &Store, t: &TargetRun) -> Option<Look> {
+    let read = store.look(&t.source, &t.name).await;
     match read {
-        Ok(Ok((paused, due))) => Some(Look {
+        Ok((paused, due)) => Some(Look {
             paused,
             due: due.and_then(|text| humantime::parse_rfc3339(&text).ok()),
         }),
-        Ok(Err(e)) => {
+        Err(e) => {
             tracing::warn!(source = %t.source, target = %t.name, error = %e, "reading the delivery queue");
             None
         }
-        Err(_) => None,
     }
 }
 
@@ -641,19 +618,6 @@ fn note_pause(t: &TargetRun, last: &mut Option<Paused>, now: Option<Paused>) {
         _ => {}
     }
     *last = now;
-}
-
-async fn load_events(
-    readers: &read::Pool,
-    ids: Vec<i64>,
-) -> Result<HashMap<i64, EventData>, String> {
-    let pool = readers.clone();
-    tokio::task::spawn_blocking(move || {
-        let conn = pool.get().map_err(|e| e.to_string())?;
-        queue::events(&conn, &ids).map_err(|e| e.to_string())
-    })
-    .await
-    .map_err(|e| e.to_string())?
 }
 
 /// One attempt: send the event, decide what is next, record it.
@@ -741,7 +705,7 @@ async fn attempt(
             .inc();
     }
     let delivered = finished.next == Next::Delivered;
-    match shared.writer.finish(finished).await {
+    match shared.store.finish(finished).await {
         Ok(recorded) => {
             if recorded.resolved_ambiguity {
                 shared

@@ -16,11 +16,11 @@ use tokio::sync::Mutex;
 use tokio_postgres::Client;
 
 use super::{Attempt, Result_, Verdict};
-use crate::config::{PgTls, PostgresTarget};
+use crate::config::PostgresTarget;
+use crate::pg::{Connector, connection_lost};
 
 pub struct PgTarget {
-    config: tokio_postgres::Config,
-    tls: Option<tls::MakeRustls>,
+    connector: Connector,
     /// The insert, with the table's name quoted once here.
     insert: String,
     timeout: Duration,
@@ -34,45 +34,24 @@ const SERVER_MARGIN: Duration = Duration::from_millis(500);
 
 impl PgTarget {
     pub fn new(target: &PostgresTarget, timeout: Duration) -> anyhow::Result<PgTarget> {
-        use tokio_postgres::config::{SslMode, TargetSessionAttrs};
-        let mut config: tokio_postgres::Config = target.url.parse()?;
-        if let Some(password) = &target.password {
-            config.password(password.expose());
-        }
-        config.connect_timeout(timeout);
-        config.application_name("hookinbox");
-        // `tls` decides, not libpq's default `prefer`, which goes on in clear when the
-        // server (or someone in between) declines TLS.
-        let tls = match &target.tls {
-            PgTls::Off => {
-                config.ssl_mode(SslMode::Disable);
-                None
-            }
-            PgTls::VerifyFull { ca } => {
-                config.ssl_mode(SslMode::Require);
-                Some(tls::MakeRustls::new(ca.as_deref())?)
-            }
-        };
-        // Rows go to a primary: after a failover, the next host that takes writes.
-        config.target_session_attrs(TargetSessionAttrs::ReadWrite);
         let statement_ms = timeout
             .saturating_sub(SERVER_MARGIN)
             .max(SERVER_MARGIN)
             .as_millis();
         // A commit that returns is durable on the server whatever its default; the
         // server's own time limits end a stuck insert before hookinbox gives up on it.
-        let ours = format!(
+        let options = format!(
             "-c synchronous_commit=on -c statement_timeout={statement_ms} \
              -c lock_timeout={statement_ms}"
         );
-        let options = match config.get_options() {
-            Some(theirs) => format!("{theirs} {ours}"),
-            None => ours,
-        };
-        config.options(options);
         Ok(PgTarget {
-            config,
-            tls,
+            connector: Connector::new(
+                &target.url,
+                target.password.as_ref(),
+                &target.tls,
+                timeout,
+                &options,
+            )?,
             insert: insert_statement(&target.table),
             timeout,
             client: Mutex::new(None),
@@ -85,19 +64,7 @@ impl PgTarget {
         if let Some(c) = held.as_ref().filter(|c| !c.is_closed()) {
             return Ok(c.clone());
         }
-        let client = match &self.tls {
-            None => {
-                let (client, connection) = self.config.connect(tokio_postgres::NoTls).await?;
-                tokio::spawn(drive(connection));
-                client
-            }
-            Some(tls) => {
-                let (client, connection) = self.config.connect(tls.clone()).await?;
-                tokio::spawn(drive(connection));
-                client
-            }
-        };
-        let client = Arc::new(client);
+        let client = Arc::new(self.connector.connect().await?);
         *held = Some(client.clone());
         Ok(client)
     }
@@ -152,11 +119,7 @@ impl PgTarget {
             Ok(Err(e)) if e.as_db_error().is_some() => {
                 // The server's refusal: nothing committed. A standby or a server going
                 // down is not to be asked again on this connection.
-                let code = e.code().map_or("", |c| c.code());
-                if ["25", "57P", "08"]
-                    .iter()
-                    .any(|class| code.starts_with(class))
-                {
+                if connection_lost(&e) {
                     self.forget(&client).await;
                 }
                 Result_::failed(describe(&e))
@@ -179,15 +142,6 @@ impl PgTarget {
     }
 }
 
-async fn drive<T>(connection: T)
-where
-    T: std::future::Future<Output = Result<(), tokio_postgres::Error>>,
-{
-    if let Err(e) = connection.await {
-        tracing::debug!(error = %e, "postgres target connection ended");
-    }
-}
-
 /// The insert into `table` (already checked to be `name` or `schema.name`, each part an
 /// identifier). Quoted, so that a name is taken as written.
 fn insert_statement(table: &str) -> String {
@@ -200,142 +154,11 @@ fn insert_statement(table: &str) -> String {
     )
 }
 
-/// The error as an operator reads it: PostgreSQL's own message and hint where it gave one
-/// (a missing table, a refused password), else what failed on the way.
+/// PostgreSQL's message, with where to find the table's DDL when it is missing.
 fn describe(e: &tokio_postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => {
-            let mut s = format!("postgres {}: {}", db.code().code(), db.message());
-            if db.code() == &tokio_postgres::error::SqlState::UNDEFINED_TABLE {
-                s.push_str(" (create the table: docs/consuming.md has its DDL)");
-            }
-            if let Some(hint) = db.hint() {
-                s.push_str(&format!(" (hint: {hint})"));
-            }
-            s
-        }
-        None => {
-            let mut s = e.to_string();
-            let mut source = std::error::Error::source(e);
-            while let Some(inner) = source {
-                s.push_str(&format!(": {inner}"));
-                source = inner.source();
-            }
-            s
-        }
+    let mut s = crate::pg::describe(e);
+    if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) {
+        s.push_str(" (create the table: docs/consuming.md has its DDL)");
     }
-}
-
-/// tokio-postgres over tokio-rustls: the server's certificate verified against the system's
-/// roots (or the `ca` file) and the host name, as libpq's `sslmode=verify-full`.
-mod tls {
-    use std::future::Future;
-    use std::io;
-    use std::path::Path;
-    use std::pin::Pin;
-    use std::sync::Arc;
-    use std::task::{Context, Poll};
-
-    use rustls::pki_types::ServerName;
-    use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-    use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect};
-
-    #[derive(Clone)]
-    pub struct MakeRustls(tokio_rustls::TlsConnector);
-
-    impl MakeRustls {
-        pub fn new(ca: Option<&Path>) -> anyhow::Result<MakeRustls> {
-            let builder = rustls::ClientConfig::builder();
-            let config = match ca {
-                Some(path) => {
-                    use rustls::pki_types::pem::PemObject as _;
-                    let mut roots = rustls::RootCertStore::empty();
-                    for cert in rustls::pki_types::CertificateDer::pem_file_iter(path)
-                        .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?
-                    {
-                        roots.add(
-                            cert.map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?,
-                        )?;
-                    }
-                    builder.with_root_certificates(roots).with_no_client_auth()
-                }
-                None => {
-                    use rustls_platform_verifier::BuilderVerifierExt as _;
-                    builder.with_platform_verifier()?.with_no_client_auth()
-                }
-            };
-            Ok(MakeRustls(tokio_rustls::TlsConnector::from(Arc::new(
-                config,
-            ))))
-        }
-    }
-
-    impl<S> MakeTlsConnect<S> for MakeRustls
-    where
-        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    {
-        type Stream = Stream<S>;
-        type TlsConnect = Connect;
-        type Error = io::Error;
-
-        fn make_tls_connect(&mut self, domain: &str) -> io::Result<Connect> {
-            let name = ServerName::try_from(domain.to_owned())
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-            Ok(Connect(self.0.clone(), name))
-        }
-    }
-
-    pub struct Connect(tokio_rustls::TlsConnector, ServerName<'static>);
-
-    impl<S> TlsConnect<S> for Connect
-    where
-        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    {
-        type Stream = Stream<S>;
-        type Error = io::Error;
-        type Future = Pin<Box<dyn Future<Output = io::Result<Stream<S>>> + Send>>;
-
-        fn connect(self, stream: S) -> Self::Future {
-            let Connect(connector, name) = self;
-            Box::pin(async move { Ok(Stream(connector.connect(name, stream).await?)) })
-        }
-    }
-
-    pub struct Stream<S>(tokio_rustls::client::TlsStream<S>);
-
-    impl<S> tokio_postgres::tls::TlsStream for Stream<S>
-    where
-        S: AsyncRead + AsyncWrite + Unpin,
-    {
-        // SCRAM's channel binding is not offered; the certificate check is what binds.
-        fn channel_binding(&self) -> ChannelBinding {
-            ChannelBinding::none()
-        }
-    }
-
-    impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Stream<S> {
-        fn poll_read(
-            mut self: Pin<&mut Self>,
-            cx: &mut Context<'_>,
-            buf: &mut ReadBuf<'_>,
-        ) -> Poll<io::Result<()>> {
-            Pin::new(&mut self.0).poll_read(cx, buf)
-        }
-    }
-
-    impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Stream<S> {
-        fn poll_write(
-            mut self: Pin<&mut Self>,
-            cx: &mut Context<'_>,
-            buf: &[u8],
-        ) -> Poll<io::Result<usize>> {
-            Pin::new(&mut self.0).poll_write(cx, buf)
-        }
-        fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-            Pin::new(&mut self.0).poll_flush(cx)
-        }
-        fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-            Pin::new(&mut self.0).poll_shutdown(cx)
-        }
-    }
+    s
 }

@@ -33,8 +33,8 @@ use crate::proxy::{self, Cidr};
 use crate::recover::watch::{SourceWatch, Watch};
 use crate::scheme::{Action, Input, Learnt, Reject, Verdict};
 use crate::secret::Secret;
+use crate::store::Store;
 use crate::store::ingest::{NewEvent, Origin, Stored};
-use crate::store::writer::Writer;
 use crate::{clock, store};
 pub use answer::Outcome;
 
@@ -135,7 +135,7 @@ pub struct Receiver {
     learnt: RwLock<HashMap<String, Secret>>,
     /// Keys requests name (SNS's certificates) and the GETs handshakes ask for.
     fetcher: fetch::Fetcher,
-    writer: Writer,
+    store: Store,
     metrics: Arc<Metrics>,
     /// Every source's receiving state, kept across reloads.
     watch: Arc<Watch>,
@@ -148,7 +148,7 @@ impl Receiver {
     pub fn new(
         sources: &[Arc<Source>],
         server: &config::Server,
-        writer: Writer,
+        store: Store,
         metrics: Arc<Metrics>,
         budget: Arc<BodyBudget>,
         learnt: Vec<(String, Vec<u8>)>,
@@ -168,7 +168,7 @@ impl Receiver {
                     .map(|(source, secret)| (source, Secret::new(secret)))
                     .collect(),
             ),
-            writer,
+            store,
             metrics,
             max_body: server.max_body,
             body_timeout: server.body_timeout,
@@ -229,8 +229,11 @@ impl Receiver {
             secret.expose().to_vec(),
             client.to_string(),
         );
-        let stored = self
-            .writer
+        // Configuration refuses a learning source on PostgreSQL (not there yet).
+        let Some((writer, _)) = self.store.sqlite() else {
+            return Err(Outcome::Unavailable(store::writer::WriteError::Stopped));
+        };
+        let stored = writer
             .job(move |conn, now| store::learnt::learn(conn, &name, &bytes, &remote, now))
             .await;
         match stored {
@@ -358,7 +361,7 @@ impl Receiver {
             Origin::Webhook,
         );
         event.memory = room;
-        let outcome = match self.writer.ingest(event).await {
+        let outcome = match self.store.ingest(event).await {
             Ok(Stored::New) => {
                 // The commit has just returned: this is the durable receipt, to the clock's
                 // precision. The signed time is whole unix seconds (what most providers sign,

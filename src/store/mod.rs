@@ -7,17 +7,21 @@
 //! time ([`lock`]).
 
 pub mod commits;
+pub mod contract;
 pub mod gaps;
 pub mod ingest;
 pub mod learnt;
 pub mod lock;
 pub mod pause;
+pub mod pg;
 pub mod queue;
 pub mod read;
 pub mod replay;
 pub mod retention;
 pub mod stats;
 pub mod writer;
+
+pub use contract::{Gauges, Store};
 
 use std::path::Path;
 use std::time::Duration;
@@ -63,17 +67,22 @@ pub enum Error {
 
 /// The migrations in `schema.sql`: (version, SQL), in file order.
 pub fn migrations() -> Vec<(i64, &'static str)> {
+    sections(SCHEMA)
+}
+
+/// A schema file's "-- migrate: N" sections: (version, SQL), in file order.
+pub fn sections(schema: &'static str) -> Vec<(i64, &'static str)> {
     // A marker is a line of its own; the file's header mentions the marker mid-line.
     const MARK: &str = "\n-- migrate: ";
     let mut out = Vec::new();
-    let mut rest = SCHEMA;
+    let mut rest = schema;
     while let Some(start) = rest.find(MARK) {
         let after = &rest[start + MARK.len()..];
         let line_end = after.find('\n').unwrap_or(after.len());
         let version: i64 = after[..line_end]
             .trim()
             .parse()
-            .expect("schema.sql: a migrate marker is followed by its version number");
+            .expect("a schema file's migrate marker is followed by its version number");
         let body = &after[line_end..];
         let end = body.find(MARK).unwrap_or(body.len());
         out.push((version, &body[..end]));

@@ -85,6 +85,7 @@ mod lossyfs;
 mod monitoring;
 mod operate;
 mod oracle;
+mod pg_store;
 mod pg_target;
 mod power_loss;
 mod proc;

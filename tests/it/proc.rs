@@ -136,10 +136,15 @@ pub struct Deployed {
 }
 
 pub fn deploy(sources: &str) -> Deployed {
+    deploy_store("", sources)
+}
+
+/// [`deploy`] with more lines in `[store]` (see `pg_store`).
+pub fn deploy_store(store: &str, sources: &str) -> Deployed {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("inbox.db");
     let config = dir.path().join("hookinbox.toml");
-    std::fs::write(&config, config_text(SERVER, &db, sources)).unwrap();
+    std::fs::write(&config, config_text_store(SERVER, &db, store, sources)).unwrap();
     let scheme = first_scheme(&config);
     Deployed {
         _dir: dir,

@@ -209,7 +209,24 @@ impl TestServer {
         server: &str,
         sources: &str,
     ) -> TestServer {
-        let text = config_text(server, &db, sources);
+        Self::start_full(dir, db, server, "", sources).await
+    }
+
+    /// A server whose `[store]` has `store` besides its path (see [`pg_store`]).
+    pub async fn start_store(store: &str, sources: &str) -> TestServer {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("inbox.db");
+        Self::start_full(dir, db, SERVER, store, sources).await
+    }
+
+    async fn start_full(
+        dir: tempfile::TempDir,
+        db: PathBuf,
+        server: &str,
+        store: &str,
+        sources: &str,
+    ) -> TestServer {
+        let text = config_text_store(server, &db, store, sources);
         let path = dir.path().join("hookinbox.toml");
         std::fs::write(&path, &text).unwrap();
         let running = serve::start(config::load(&path).unwrap()).await.unwrap();
@@ -394,10 +411,20 @@ pub fn event_body(id: &str, extra: &str) -> Vec<u8> {
 }
 
 pub fn config_text(server: &str, db: &Path, sources: &str) -> String {
+    config_text_store(server, db, "", sources)
+}
+
+/// [`config_text`] with more lines in `[store]` (the PostgreSQL backend's).
+pub fn config_text_store(server: &str, db: &Path, store: &str, sources: &str) -> String {
     format!(
-        "{server}\n[store]\npath = {:?}\n\n{sources}",
+        "{server}\n[store]\npath = {:?}\n{store}\n\n{sources}",
         db.display().to_string()
     )
+}
+
+/// The `[store]` lines of an inbox in the PostgreSQL database at `url`.
+pub fn pg_store(url: &str) -> String {
+    format!("backend = \"postgres\"\nurl = \"{url}\"")
 }
 
 /// The scheme of the config file's first source, to sign requests as its provider would.

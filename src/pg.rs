@@ -1,0 +1,234 @@
+//! Connections to PostgreSQL, for the inbox (`[store] backend = "postgres"`) and for
+//! `postgres` targets alike: the URL and password from the configuration, TLS decided by
+//! `tls` alone (rustls on ring, never libpq's `prefer`, which goes on in clear when the
+//! server or someone in between declines TLS), read-write sessions only, and the session
+//! settings the caller needs.
+
+use std::time::Duration;
+
+use tokio_postgres::Client;
+use tokio_postgres::config::{SslMode, TargetSessionAttrs};
+
+use crate::config::PgTls;
+use crate::secret::Secret;
+
+/// How to reach one server: made once from the configuration, used for every connection.
+#[derive(Clone)]
+pub struct Connector {
+    config: tokio_postgres::Config,
+    tls: Option<tls::MakeRustls>,
+}
+
+impl Connector {
+    /// `options` are server settings for every session (`-c name=value …`), after any the
+    /// URL gives.
+    pub fn new(
+        url: &str,
+        password: Option<&Secret>,
+        tls: &PgTls,
+        connect_timeout: Duration,
+        options: &str,
+    ) -> anyhow::Result<Connector> {
+        let mut config: tokio_postgres::Config = url.parse()?;
+        if let Some(password) = password {
+            config.password(password.expose());
+        }
+        config.connect_timeout(connect_timeout);
+        config.application_name("hookinbox");
+        // A dead server behind a live route is found by TCP keepalives, not only by the
+        // statement timeout.
+        config.keepalives_idle(Duration::from_secs(30));
+        let tls = match tls {
+            PgTls::Off => {
+                config.ssl_mode(SslMode::Disable);
+                None
+            }
+            PgTls::VerifyFull { ca } => {
+                config.ssl_mode(SslMode::Require);
+                Some(tls::MakeRustls::new(ca.as_deref())?)
+            }
+        };
+        // Writes go to a primary: after a failover, the next host that takes writes.
+        config.target_session_attrs(TargetSessionAttrs::ReadWrite);
+        let options = match config.get_options() {
+            Some(theirs) => format!("{theirs} {options}"),
+            None => options.to_owned(),
+        };
+        config.options(options);
+        Ok(Connector { config, tls })
+    }
+
+    /// A new connection; its driver runs as a task of its own until the client is dropped
+    /// or the connection breaks.
+    pub async fn connect(&self) -> Result<Client, tokio_postgres::Error> {
+        match &self.tls {
+            None => {
+                let (client, connection) = self.config.connect(tokio_postgres::NoTls).await?;
+                tokio::spawn(drive(connection));
+                Ok(client)
+            }
+            Some(tls) => {
+                let (client, connection) = self.config.connect(tls.clone()).await?;
+                tokio::spawn(drive(connection));
+                Ok(client)
+            }
+        }
+    }
+}
+
+async fn drive<T>(connection: T)
+where
+    T: std::future::Future<Output = Result<(), tokio_postgres::Error>>,
+{
+    if let Err(e) = connection.await {
+        tracing::debug!(error = %e, "a PostgreSQL connection ended");
+    }
+}
+
+/// Whether the error says this connection is no use any more (a standby, a server shutting
+/// down, a broken connection), as opposed to one statement failing.
+pub fn connection_lost(e: &tokio_postgres::Error) -> bool {
+    match e.code() {
+        None => true,
+        Some(code) => ["25", "57P", "08"]
+            .iter()
+            .any(|class| code.code().starts_with(class)),
+    }
+}
+
+/// The error as an operator reads it: PostgreSQL's own message and hint where it gave one
+/// (a missing table, a refused password), else what failed on the way.
+pub fn describe(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => {
+            let mut s = format!("postgres {}: {}", db.code().code(), db.message());
+            if let Some(hint) = db.hint() {
+                s.push_str(&format!(" (hint: {hint})"));
+            }
+            s
+        }
+        None => {
+            let mut s = e.to_string();
+            let mut source = std::error::Error::source(e);
+            while let Some(inner) = source {
+                s.push_str(&format!(": {inner}"));
+                source = inner.source();
+            }
+            s
+        }
+    }
+}
+
+/// tokio-postgres over tokio-rustls: the server's certificate verified against the system's
+/// roots (or the `ca` file) and the host name, as libpq's `sslmode=verify-full`.
+pub mod tls {
+    use std::future::Future;
+    use std::io;
+    use std::path::Path;
+    use std::pin::Pin;
+    use std::sync::Arc;
+    use std::task::{Context, Poll};
+
+    use rustls::pki_types::ServerName;
+    use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+    use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect};
+
+    #[derive(Clone)]
+    pub struct MakeRustls(tokio_rustls::TlsConnector);
+
+    impl MakeRustls {
+        pub fn new(ca: Option<&Path>) -> anyhow::Result<MakeRustls> {
+            let builder = rustls::ClientConfig::builder();
+            let config = match ca {
+                Some(path) => {
+                    use rustls::pki_types::pem::PemObject as _;
+                    let mut roots = rustls::RootCertStore::empty();
+                    for cert in rustls::pki_types::CertificateDer::pem_file_iter(path)
+                        .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?
+                    {
+                        roots.add(
+                            cert.map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?,
+                        )?;
+                    }
+                    builder.with_root_certificates(roots).with_no_client_auth()
+                }
+                None => {
+                    use rustls_platform_verifier::BuilderVerifierExt as _;
+                    builder.with_platform_verifier()?.with_no_client_auth()
+                }
+            };
+            Ok(MakeRustls(tokio_rustls::TlsConnector::from(Arc::new(
+                config,
+            ))))
+        }
+    }
+
+    impl<S> MakeTlsConnect<S> for MakeRustls
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        type Stream = Stream<S>;
+        type TlsConnect = Connect;
+        type Error = io::Error;
+
+        fn make_tls_connect(&mut self, domain: &str) -> io::Result<Connect> {
+            let name = ServerName::try_from(domain.to_owned())
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+            Ok(Connect(self.0.clone(), name))
+        }
+    }
+
+    pub struct Connect(tokio_rustls::TlsConnector, ServerName<'static>);
+
+    impl<S> TlsConnect<S> for Connect
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        type Stream = Stream<S>;
+        type Error = io::Error;
+        type Future = Pin<Box<dyn Future<Output = io::Result<Stream<S>>> + Send>>;
+
+        fn connect(self, stream: S) -> Self::Future {
+            let Connect(connector, name) = self;
+            Box::pin(async move { Ok(Stream(connector.connect(name, stream).await?)) })
+        }
+    }
+
+    pub struct Stream<S>(tokio_rustls::client::TlsStream<S>);
+
+    impl<S> tokio_postgres::tls::TlsStream for Stream<S>
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
+        // SCRAM's channel binding is not offered; the certificate check is what binds.
+        fn channel_binding(&self) -> ChannelBinding {
+            ChannelBinding::none()
+        }
+    }
+
+    impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Stream<S> {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            Pin::new(&mut self.0).poll_read(cx, buf)
+        }
+    }
+
+    impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Stream<S> {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            Pin::new(&mut self.0).poll_write(cx, buf)
+        }
+        fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Pin::new(&mut self.0).poll_flush(cx)
+        }
+        fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Pin::new(&mut self.0).poll_shutdown(cx)
+        }
+    }
+}

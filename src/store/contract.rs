@@ -1,0 +1,179 @@
+//! The inbox contract that `serve`'s receive path, delivery worker and admin listener use,
+//! with its two implementations: the SQLite file (the single writer thread and read-only
+//! connections) and a PostgreSQL database that several replicas share ([`super::pg`]).
+//! Outside `store/`, nothing knows which one runs.
+//!
+//! Both keep the same promises: `ingest` answers only after the transaction holding the
+//! event committed; identity is unique; a claim hands a delivery to one attempt at a time
+//! under a lease; a result recorded after a newer claim does not undo it.
+
+use std::collections::HashMap;
+
+use super::commits::Commits;
+use super::ingest::{NewEvent, Stored};
+use super::pause::{self, Paused};
+use super::queue::{self, ClaimRequest, Claimed, EventData, Finished, Recorded};
+use super::read;
+use super::writer::{Health, WriteError, Writer};
+
+#[derive(Clone)]
+pub enum Store {
+    Sqlite { writer: Writer, readers: read::Pool },
+    Postgres(super::pg::Inbox),
+}
+
+/// What `/metrics` reads from the inbox.
+#[derive(Debug, Default)]
+pub struct Gauges {
+    /// Delivery rows per state.
+    pub counts: Vec<(String, i64)>,
+    /// When the oldest delivery still pending or in flight was created.
+    pub oldest_pending: Option<String>,
+    pub paused: Vec<Paused>,
+    /// The SQLite file's (free pages, pages); none for PostgreSQL.
+    pub pages: Option<(i64, i64)>,
+}
+
+impl Store {
+    /// Stores one verified event; answers after its commit.
+    pub async fn ingest(&self, event: NewEvent) -> Result<Stored, WriteError> {
+        match self {
+            Store::Sqlite { writer, .. } => writer.ingest(event).await,
+            Store::Postgres(pg) => pg.ingest(event).await,
+        }
+    }
+
+    /// Claims due deliveries of one target.
+    pub async fn claim(&self, request: ClaimRequest) -> Result<Vec<Claimed>, WriteError> {
+        match self {
+            Store::Sqlite { writer, .. } => writer.claim(request).await,
+            Store::Postgres(pg) => pg.claim(request).await,
+        }
+    }
+
+    /// Records an attempt and the delivery's next state.
+    pub async fn finish(&self, finished: Finished) -> Result<Recorded, WriteError> {
+        match self {
+            Store::Sqlite { writer, .. } => writer.finish(finished).await,
+            Store::Postgres(pg) => pg.finish(finished).await,
+        }
+    }
+
+    /// Returns deliveries whose lease expired to the queue.
+    pub async fn sweep(&self) -> Result<usize, WriteError> {
+        match self {
+            Store::Sqlite { writer, .. } => writer.sweep().await,
+            Store::Postgres(pg) => pg.sweep().await,
+        }
+    }
+
+    /// Marks dead the pending deliveries of these (source, target) pairs.
+    pub async fn retire_targets(&self, pairs: Vec<(String, String)>) -> Result<usize, WriteError> {
+        match self {
+            Store::Sqlite { writer, .. } => {
+                writer
+                    .job(move |conn, now| queue::retire_targets(conn, &pairs, now))
+                    .await
+            }
+            Store::Postgres(pg) => pg.retire_targets(pairs).await,
+        }
+    }
+
+    /// Whether a target is paused, and when its next claimable delivery is due (inbox text).
+    pub async fn look(
+        &self,
+        source: &str,
+        target: &str,
+    ) -> Result<(Option<Paused>, Option<String>), String> {
+        match self {
+            Store::Sqlite { readers, .. } => {
+                let (pool, source, target) =
+                    (readers.clone(), source.to_owned(), target.to_owned());
+                tokio::task::spawn_blocking(move || {
+                    let conn = pool.get().map_err(|e| e.to_string())?;
+                    let paused = pause::all(&conn)
+                        .map_err(|e| e.to_string())?
+                        .into_iter()
+                        .find(|p| p.source == source && p.target == target);
+                    let due =
+                        queue::next_due(&conn, &source, &target).map_err(|e| e.to_string())?;
+                    Ok((paused, due))
+                })
+                .await
+                .map_err(|e| e.to_string())?
+            }
+            Store::Postgres(pg) => pg.look(source, target).await,
+        }
+    }
+
+    /// The events with these row ids, by id (a missing id is not in the map).
+    pub async fn events(&self, ids: Vec<i64>) -> Result<HashMap<i64, EventData>, String> {
+        match self {
+            Store::Sqlite { readers, .. } => {
+                let pool = readers.clone();
+                tokio::task::spawn_blocking(move || {
+                    let conn = pool.get().map_err(|e| e.to_string())?;
+                    queue::events(&conn, &ids).map_err(|e| e.to_string())
+                })
+                .await
+                .map_err(|e| e.to_string())?
+            }
+            Store::Postgres(pg) => pg.events(&ids).await,
+        }
+    }
+
+    /// The figures `/metrics` shows.
+    pub async fn gauges(&self) -> Result<Gauges, String> {
+        match self {
+            Store::Sqlite { readers, .. } => {
+                let pool = readers.clone();
+                tokio::task::spawn_blocking(move || {
+                    let conn = pool.get().map_err(|e| e.to_string())?;
+                    let s = |e: rusqlite::Error| e.to_string();
+                    Ok(Gauges {
+                        counts: read::delivery_counts(&conn).map_err(s)?,
+                        oldest_pending: read::oldest_pending(&conn).map_err(s)?,
+                        paused: pause::all(&conn).map_err(s)?,
+                        pages: Some(super::page_counts(&conn).map_err(s)?),
+                    })
+                })
+                .await
+                .map_err(|e| e.to_string())?
+            }
+            Store::Postgres(pg) => pg.gauges().await,
+        }
+    }
+
+    /// Waits until the store has drained what was queued before this call.
+    pub async fn ping(&self) -> Result<(), WriteError> {
+        match self {
+            Store::Sqlite { writer, .. } => writer.ping().await,
+            Store::Postgres(pg) => pg.ping().await,
+        }
+    }
+
+    /// Whether the last commit succeeded.
+    pub fn health(&self) -> &Health {
+        match self {
+            Store::Sqlite { writer, .. } => writer.health(),
+            Store::Postgres(pg) => pg.health(),
+        }
+    }
+
+    /// Where commits of new events are announced (within this process).
+    pub fn commits(&self) -> &Commits {
+        match self {
+            Store::Sqlite { writer, .. } => writer.commits(),
+            Store::Postgres(pg) => pg.commits(),
+        }
+    }
+
+    /// The SQLite writer, for what runs only on SQLite for now (learnt secrets, gaps,
+    /// recovery, retention, alerts, the web inbox's actions).
+    pub fn sqlite(&self) -> Option<(&Writer, &read::Pool)> {
+        match self {
+            Store::Sqlite { writer, readers } => Some((writer, readers)),
+            Store::Postgres(_) => None,
+        }
+    }
+}

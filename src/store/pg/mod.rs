@@ -1,0 +1,316 @@
+//! The inbox in PostgreSQL (`[store] backend = "postgres"`): the same contract as the SQLite
+//! inbox, for several stateless replicas sharing one database.
+//!
+//! Each replica keeps three kinds of connection:
+//! - one that commits received events, in batches (group commit, as the SQLite writer):
+//!   the requests waiting while one transaction commits go together into the next, each
+//!   answered only after its transaction committed (`synchronous_commit = on`);
+//! - one for the delivery queue (claims, attempts' results, the sweep), batched the same way
+//!   so that a busy worker does not pay a commit per result;
+//! - `pool` for reads (what is due, the events to send, the gauges), which need no
+//!   transaction and are pipelined.
+//!
+//! Across replicas, PostgreSQL decides: identity is a unique constraint (two replicas
+//! receiving the same event at once store it once, the second hears "duplicate"), claims
+//! take their rows `FOR UPDATE SKIP LOCKED` under a per-target advisory lock (see
+//! [`queue`]), and migrations run under an advisory lock, so replicas starting together
+//! migrate once.
+
+mod batch;
+mod ingest;
+mod queue;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio_postgres::Client;
+
+use super::commits::Commits;
+use super::ingest::{NewEvent, Stored};
+use super::pause::Paused;
+use super::queue::{ClaimRequest, Claimed, EventData, Finished, Recorded};
+use super::writer::{Health, QUEUE_CAPACITY, WriteError};
+use crate::config::PgStore;
+use crate::metrics::Metrics;
+use crate::pg::Connector;
+
+pub const SCHEMA: &str = include_str!("../../../schema-postgres.sql");
+
+/// The advisory lock key that migrations hold ("hookinbo" in ASCII): any number would do, as
+/// long as no other application on the database uses it.
+const MIGRATION_LOCK: i64 = 0x686f_6f6b_696e_626f;
+
+/// How long connecting may take. A server that does not answer within it is down: requests
+/// hear 503 while the next batch tries again.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The session settings of every connection to the inbox. A commit that returns is durable
+/// whatever the server's default says; a statement or lock wait that runs long ends with an
+/// error within the callers' commit wait (10 s), so requests hear 503 rather than hang.
+const SESSION: &str = "-c synchronous_commit=on -c statement_timeout=5000 -c lock_timeout=5000 \
+                       -c idle_in_transaction_session_timeout=30000 -c timezone=UTC";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("connecting to PostgreSQL: {0}")]
+    Connect(String),
+    #[error("PostgreSQL: {0}")]
+    Db(String),
+    #[error(
+        "the PostgreSQL inbox has schema version {found}, newer than this hookinbox knows \
+         ({known}); run the newer hookinbox, or migrate-store from a backup"
+    )]
+    TooNew { found: i64, known: i64 },
+}
+
+impl From<tokio_postgres::Error> for Error {
+    fn from(e: tokio_postgres::Error) -> Error {
+        Error::Db(crate::pg::describe(&e))
+    }
+}
+
+/// The schema version this binary writes.
+pub fn schema_version() -> i64 {
+    super::sections(SCHEMA).last().map_or(0, |(v, _)| *v)
+}
+
+/// Applies the migrations this database lacks, each in one transaction that holds
+/// [`MIGRATION_LOCK`]: a second replica starting at the same moment waits, then finds them
+/// applied.
+pub async fn migrate(client: &mut Client) -> Result<(), Error> {
+    let known = schema_version();
+    for (version, sql) in super::sections(SCHEMA) {
+        let tx = client.transaction().await?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+            .await?;
+        let exists: bool = tx
+            .query_one("SELECT to_regclass('schema_migrations') IS NOT NULL", &[])
+            .await?
+            .get(0);
+        let found: i64 = if exists {
+            tx.query_one(
+                "SELECT coalesce(max(version), 0)::bigint FROM schema_migrations",
+                &[],
+            )
+            .await?
+            .get(0)
+        } else {
+            0
+        };
+        if found > known {
+            return Err(Error::TooNew { found, known });
+        }
+        if version <= found {
+            continue;
+        }
+        tx.batch_execute(sql).await?;
+        tx.execute(
+            "INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)",
+            &[&(version as i32), &crate::clock::iso_now()],
+        )
+        .await?;
+        tx.commit().await?;
+        tracing::info!(version, "migrated the PostgreSQL inbox");
+    }
+    Ok(())
+}
+
+/// A handle to one replica's connections to the inbox. Cheap to clone.
+#[derive(Clone)]
+pub struct Inbox {
+    ingest: mpsc::Sender<batch::Op<ingest::Job>>,
+    queue: mpsc::Sender<batch::Op<queue::Job>>,
+    readers: Arc<Readers>,
+    health: Arc<Health>,
+    commits: Arc<Commits>,
+}
+
+impl Inbox {
+    /// Connects, migrates, and starts the batchers. Fails (and `serve` with it) when the
+    /// server cannot be reached or the schema is newer than this binary: a replica that
+    /// cannot store anything must not look ready.
+    pub async fn start(config: &PgStore, metrics: Arc<Metrics>) -> Result<Inbox, Error> {
+        let connector = Connector::new(
+            &config.url,
+            config.password.as_ref(),
+            &config.tls,
+            CONNECT_TIMEOUT,
+            SESSION,
+        )
+        .map_err(|e| Error::Connect(format!("{e:#}")))?;
+        let mut first = connector
+            .connect()
+            .await
+            .map_err(|e| Error::Connect(crate::pg::describe(&e)))?;
+        migrate(&mut first).await?;
+        let health = Arc::new(Health {
+            last_commit_ok: AtomicBool::new(true),
+        });
+        let (ingest, ingest_rx) = mpsc::channel(QUEUE_CAPACITY);
+        let (queue, queue_rx) = mpsc::channel(QUEUE_CAPACITY);
+        tokio::spawn(batch::run(
+            "ingest",
+            connector.clone(),
+            Some(first),
+            ingest_rx,
+            ingest::Batch {
+                metrics: metrics.clone(),
+            },
+            Some(health.clone()),
+        ));
+        tokio::spawn(batch::run(
+            "queue",
+            connector.clone(),
+            None,
+            queue_rx,
+            queue::Batch,
+            None,
+        ));
+        Ok(Inbox {
+            ingest,
+            queue,
+            readers: Arc::new(Readers::new(connector, config.pool)),
+            health,
+            commits: Arc::default(),
+        })
+    }
+
+    /// Stores one event; answers once its transaction committed.
+    pub async fn ingest(&self, event: NewEvent) -> Result<Stored, WriteError> {
+        let source = event.source.clone();
+        let stored =
+            batch::submit(&self.ingest, false, |reply| ingest::Job::new(event, reply)).await;
+        if matches!(stored, Ok(Stored::New)) {
+            self.commits.committed(&source);
+        }
+        stored
+    }
+
+    pub async fn claim(&self, request: ClaimRequest) -> Result<Vec<Claimed>, WriteError> {
+        batch::submit(&self.queue, true, |reply| {
+            queue::Job::Claim(request, batch::Slot::new(reply))
+        })
+        .await
+    }
+
+    pub async fn finish(&self, finished: Finished) -> Result<Recorded, WriteError> {
+        batch::submit(&self.queue, true, |reply| {
+            queue::Job::Finish(finished, batch::Slot::new(reply))
+        })
+        .await
+    }
+
+    pub async fn sweep(&self) -> Result<usize, WriteError> {
+        batch::submit(&self.queue, true, |reply| {
+            queue::Job::Sweep(batch::Slot::new(reply))
+        })
+        .await
+    }
+
+    pub async fn retire_targets(&self, pairs: Vec<(String, String)>) -> Result<usize, WriteError> {
+        batch::submit(&self.queue, true, |reply| {
+            queue::Job::Retire(pairs, batch::Slot::new(reply))
+        })
+        .await
+    }
+
+    /// Waits until the ingest batcher has drained what was queued before; after a failed
+    /// commit it also tries a small write, so that health comes back without traffic.
+    pub async fn ping(&self) -> Result<(), WriteError> {
+        let (reply, answer) = oneshot::channel();
+        self.ingest
+            .send(batch::Op::Ping(reply))
+            .await
+            .map_err(|_| WriteError::Stopped)?;
+        answer.await.map_err(|_| WriteError::Stopped)
+    }
+
+    pub fn health(&self) -> &Health {
+        &self.health
+    }
+
+    pub fn commits(&self) -> &Commits {
+        &self.commits
+    }
+
+    /// Whether the target is paused, and when its next claimable delivery is due.
+    pub async fn look(
+        &self,
+        source: &str,
+        target: &str,
+    ) -> Result<(Option<Paused>, Option<String>), String> {
+        let client = self.readers.get().await?;
+        queue::look(&client, source, target)
+            .await
+            .map_err(|e| self.readers.failed(&client, &e))
+    }
+
+    /// The events with these row ids, by id.
+    pub async fn events(
+        &self,
+        ids: &[i64],
+    ) -> Result<std::collections::HashMap<i64, EventData>, String> {
+        let client = self.readers.get().await?;
+        queue::events(&client, ids)
+            .await
+            .map_err(|e| self.readers.failed(&client, &e))
+    }
+
+    /// Delivery rows per state, when the oldest pending one was created, and the pauses:
+    /// the gauges of `/metrics`.
+    pub async fn gauges(&self) -> Result<super::Gauges, String> {
+        let client = self.readers.get().await?;
+        queue::gauges(&client)
+            .await
+            .map_err(|e| self.readers.failed(&client, &e))
+    }
+}
+
+/// Connections for reads, used in turn; a broken one is made again on its next turn.
+struct Readers {
+    connector: Connector,
+    slots: Vec<Mutex<Option<Arc<Client>>>>,
+    next: AtomicUsize,
+}
+
+impl Readers {
+    fn new(connector: Connector, size: usize) -> Readers {
+        Readers {
+            connector,
+            slots: (0..size.max(1)).map(|_| Mutex::new(None)).collect(),
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    async fn get(&self) -> Result<Arc<Client>, String> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
+        let mut slot = self.slots[i].lock().await;
+        if let Some(c) = slot.as_ref().filter(|c| !c.is_closed()) {
+            return Ok(c.clone());
+        }
+        let client = tokio::time::timeout(CONNECT_TIMEOUT, self.connector.connect())
+            .await
+            .map_err(|_| "connecting to PostgreSQL timed out".to_owned())?
+            .map(Arc::new)
+            .map_err(|e| crate::pg::describe(&e))?;
+        *slot = Some(client.clone());
+        Ok(client)
+    }
+
+    /// Describes `e`; a connection it broke is closed by its driver, and made again next.
+    fn failed(&self, _client: &Client, e: &tokio_postgres::Error) -> String {
+        crate::pg::describe(e)
+    }
+}
+
+/// PostgreSQL's text holds no NUL, which JSON (`\u0000`) and an HTTP answer may: such text
+/// is stored with U+FFFD in its place, so that the event stays storable and deliverable.
+fn pg_text(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.contains('\0') {
+        s.replace('\0', "\u{fffd}").into()
+    } else {
+        s.into()
+    }
+}

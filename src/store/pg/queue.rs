@@ -1,0 +1,357 @@
+//! The delivery queue on PostgreSQL: the states and rules of [`crate::store::queue`], for
+//! several replicas at once.
+//!
+//! A claim takes its target's advisory lock for its transaction, without waiting
+//! (`pg_try_advisory_xact_lock`): while another replica claims for the same target, this
+//! one claims nothing this turn and looks again. So the ordering rule (one delivery of a key
+//! in flight, in version order) is judged on committed state by one replica at a time, and
+//! no batch ever waits on another's lock. The rows themselves are taken `FOR UPDATE SKIP
+//! LOCKED`: a row another replica is finishing or sweeping is left for the next turn.
+
+use std::collections::HashMap;
+use std::time::SystemTime;
+
+use futures_util::future::BoxFuture;
+use tokio_postgres::{Client, Transaction};
+
+use super::batch::{self, Slot};
+use super::pg_text;
+use crate::store::pause::Paused;
+use crate::store::queue::{ClaimRequest, Claimed, EventData, Finished, Next, Recorded};
+use crate::store::writer::WriteError;
+
+pub enum Job {
+    Claim(ClaimRequest, Slot<Vec<Claimed>>),
+    Finish(Finished, Slot<Recorded>),
+    Sweep(Slot<usize>),
+    Retire(Vec<(String, String)>, Slot<usize>),
+}
+
+pub struct Batch;
+
+/// As the SQLite queue's CLAIMABLE: unordered rows, and per order key the pending delivery
+/// with the lowest version (then id), unless one of that key is in flight.
+const CLAIMABLE: &str = "(d.order_key IS NULL OR NOT EXISTS (
+        SELECT 1 FROM deliveries o
+         WHERE o.source = d.source AND o.target = d.target
+           AND o.order_key = d.order_key AND o.id <> d.id
+           AND (o.state = 'in_flight'
+                OR (o.state = 'pending'
+                    AND (o.order_version < d.order_version
+                         OR (o.order_version = d.order_version AND o.id < d.id))))))";
+
+const NOT_PAUSED: &str =
+    "NOT EXISTS (SELECT 1 FROM paused_targets p WHERE p.source = $1 AND p.target = $2)";
+
+impl batch::Kind for Batch {
+    type Job = Job;
+
+    fn run<'a>(
+        &'a self,
+        tx: &'a Transaction<'a>,
+        jobs: &'a mut [Job],
+        now: &'a str,
+    ) -> BoxFuture<'a, Result<(), tokio_postgres::Error>> {
+        Box::pin(async move {
+            // One after another: each is a few statements, and claims of one target must see
+            // the finishes before them.
+            for job in jobs.iter_mut() {
+                match job {
+                    Job::Claim(req, slot) => slot.set(claim(tx, req, now).await?),
+                    Job::Finish(f, slot) => slot.set(finish(tx, f, now).await?),
+                    Job::Sweep(slot) => slot.set(sweep(tx, now).await?),
+                    Job::Retire(pairs, slot) => slot.set(retire(tx, pairs, now).await?),
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn answer(&self, job: Job, batch_error: Option<WriteError>) {
+        match job {
+            Job::Claim(_, slot) => slot.answer(batch_error),
+            Job::Finish(_, slot) => slot.answer(batch_error),
+            Job::Sweep(slot) => slot.answer(batch_error),
+            Job::Retire(_, slot) => slot.answer(batch_error),
+        }
+    }
+}
+
+async fn claim(
+    tx: &Transaction<'_>,
+    req: &ClaimRequest,
+    now: &str,
+) -> Result<Vec<Claimed>, tokio_postgres::Error> {
+    let locked: bool = tx
+        .query_one(
+            "SELECT pg_try_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0))",
+            &[&req.source, &req.target],
+        )
+        .await?
+        .get(0);
+    if !locked {
+        return Ok(Vec::new());
+    }
+    if req.ordered {
+        tx.execute(
+            "UPDATE deliveries
+                SET state = 'superseded', updated_at = $3,
+                    last_error = 'superseded: a version at least as new was already delivered'
+              WHERE source = $1 AND target = $2 AND state = 'pending' AND order_key IS NOT NULL
+                AND EXISTS (SELECT 1 FROM order_keys k
+                             WHERE k.source = deliveries.source AND k.target = deliveries.target
+                               AND k.order_key = deliveries.order_key
+                               AND jsonb_typeof(k.last_version) = jsonb_typeof(deliveries.order_version)
+                               AND k.last_version >= deliveries.order_version)",
+            &[&req.source, &req.target, &now],
+        )
+        .await?;
+    }
+    let lease_until = crate::clock::iso(SystemTime::now() + req.lease);
+    let limit = req.limit as i64;
+    let rows = tx
+        .query(
+            &format!(
+                "UPDATE deliveries
+                    SET state = 'in_flight', attempts = attempts + 1, lease_until = $4,
+                        updated_at = $3
+                  WHERE id IN (
+                        SELECT d.id FROM deliveries d
+                         WHERE d.source = $1 AND d.target = $2 AND d.state = 'pending'
+                           AND d.next_attempt_at <= $3 AND {CLAIMABLE} AND {NOT_PAUSED}
+                         ORDER BY d.next_attempt_at, d.id
+                         LIMIT $5
+                           FOR UPDATE SKIP LOCKED)
+                 RETURNING id, event, attempts, schedule_base, idempotency_key"
+            ),
+            &[&req.source, &req.target, &now, &lease_until, &limit],
+        )
+        .await?;
+    let claimed = rows.iter().map(|r| Claimed {
+        delivery: r.get(0),
+        event: r.get(1),
+        attempt: u32::try_from(r.get::<_, i32>(2)).unwrap_or(0),
+        schedule_base: u32::try_from(r.get::<_, i32>(3)).unwrap_or(0),
+        idempotency_key: r.get(4),
+    });
+    // As on SQLite: an attempt beyond the schedule comes only from leases that expired on
+    // the last attempt every time; it is given up rather than tried forever.
+    let (exhausted, ready): (Vec<Claimed>, Vec<Claimed>) =
+        claimed.partition(|c| c.in_schedule() > req.max_attempts);
+    for c in exhausted {
+        tx.execute(
+            "UPDATE deliveries SET state = 'dead', lease_until = NULL, updated_at = $2,
+                    last_error = 'gave up: the last attempt never finished (its lease expired)'
+              WHERE id = $1",
+            &[&c.delivery, &now],
+        )
+        .await?;
+    }
+    Ok(ready)
+}
+
+async fn finish(
+    tx: &Transaction<'_>,
+    f: &Finished,
+    now: &str,
+) -> Result<Recorded, tokio_postgres::Error> {
+    let attempt = i32::try_from(f.attempt).unwrap_or(i32::MAX);
+    let schedule_base = i32::try_from(f.schedule_base).unwrap_or(i32::MAX);
+    let error = f.error.as_deref().map(pg_text);
+    let output = f.output.as_deref().map(pg_text);
+    tx.execute(
+        "INSERT INTO attempts (delivery, number, started_at, duration_ms, outcome, status, error,
+                               output, ambiguous)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        &[
+            &f.delivery,
+            &attempt,
+            &f.started_at,
+            &f.duration_ms,
+            &f.next.word(),
+            &f.status,
+            &error,
+            &output,
+            &i32::from(f.ambiguous),
+        ],
+    )
+    .await?;
+    let (state, next_at) = match &f.next {
+        Next::Delivered => ("delivered", None),
+        Next::Retry(at) => ("pending", Some(at.as_str())),
+        Next::Dead => ("dead", None),
+    };
+    // As on SQLite: the attempt still owns the delivery if nothing claimed it since.
+    let changed = tx
+        .execute(
+            "UPDATE deliveries
+                SET state = $3, next_attempt_at = coalesce($4, next_attempt_at),
+                    lease_until = NULL, last_error = $5, updated_at = $6
+              WHERE id = $1 AND attempts = $2 AND schedule_base = $7
+                AND state IN ('in_flight', 'pending')",
+            &[
+                &f.delivery,
+                &attempt,
+                &state,
+                &next_at,
+                &error,
+                &now,
+                &schedule_base,
+            ],
+        )
+        .await?;
+    let applied = changed == 1;
+    let mut resolved_ambiguity = false;
+    if applied && f.next == Next::Delivered {
+        resolved_ambiguity = tx
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM attempts
+                                 WHERE delivery = $1 AND number < $2 AND ambiguous = 1)",
+                &[&f.delivery, &attempt],
+            )
+            .await?
+            .get(0);
+        tx.execute(
+            "INSERT INTO order_keys (source, target, order_key, last_version, updated_at)
+             SELECT source, target, order_key, order_version, $2 FROM deliveries
+              WHERE id = $1 AND order_key IS NOT NULL
+             ON CONFLICT (source, target, order_key) DO UPDATE
+                SET last_version = greatest(order_keys.last_version, excluded.last_version),
+                    updated_at = excluded.updated_at",
+            &[&f.delivery, &now],
+        )
+        .await?;
+    }
+    Ok(Recorded {
+        applied,
+        resolved_ambiguity,
+    })
+}
+
+/// Returns expired leases to the queue. Rows another replica holds are skipped: it is
+/// recording their result, or sweeping them itself.
+async fn sweep(tx: &Transaction<'_>, now: &str) -> Result<usize, tokio_postgres::Error> {
+    let n = tx
+        .execute(
+            "UPDATE deliveries
+                SET state = 'pending', lease_until = NULL, next_attempt_at = $1, updated_at = $1,
+                    last_error = 'the attempt''s lease expired before its result was recorded'
+              WHERE id IN (SELECT id FROM deliveries
+                            WHERE state = 'in_flight' AND lease_until < $1
+                              FOR UPDATE SKIP LOCKED)",
+            &[&now],
+        )
+        .await?;
+    Ok(n as usize)
+}
+
+async fn retire(
+    tx: &Transaction<'_>,
+    pairs: &[(String, String)],
+    now: &str,
+) -> Result<usize, tokio_postgres::Error> {
+    let mut n = 0;
+    for (source, target) in pairs {
+        n += tx
+            .execute(
+                "UPDATE deliveries
+                    SET state = 'dead', updated_at = $3,
+                        last_error = 'the target is no longer in the configuration'
+                  WHERE source = $1 AND target = $2 AND state = 'pending'",
+                &[source, target, &now],
+            )
+            .await?;
+    }
+    Ok(n as usize)
+}
+
+pub async fn look(
+    client: &Client,
+    source: &str,
+    target: &str,
+) -> Result<(Option<Paused>, Option<String>), tokio_postgres::Error> {
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&source, &target];
+    let paused = client.query_opt(
+        "SELECT paused_at, paused_by FROM paused_targets WHERE source = $1 AND target = $2",
+        &params,
+    );
+    let due_sql = format!(
+        "SELECT d.next_attempt_at FROM deliveries d
+          WHERE d.source = $1 AND d.target = $2 AND d.state = 'pending' AND {CLAIMABLE}
+            AND {NOT_PAUSED}
+          ORDER BY d.next_attempt_at LIMIT 1"
+    );
+    let due = client.query_opt(&due_sql, &params);
+    let (paused, due) = futures_util::future::try_join(paused, due).await?;
+    Ok((
+        paused.map(|r| Paused {
+            source: source.to_owned(),
+            target: target.to_owned(),
+            paused_at: r.get(0),
+            paused_by: r.get(1),
+        }),
+        due.map(|r| r.get(0)),
+    ))
+}
+
+pub async fn events(
+    client: &Client,
+    ids: &[i64],
+) -> Result<HashMap<i64, EventData>, tokio_postgres::Error> {
+    if ids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let rows = client
+        .query(
+            "SELECT e.id, e.source, e.event_id, p.body, p.headers, e.event_type, e.received_at,
+                    e.remote_addr, e.origin
+               FROM events e LEFT JOIN payloads p ON p.event = e.id WHERE e.id = ANY($1)",
+            &[&ids],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            (
+                r.get(0),
+                EventData {
+                    source: r.get(1),
+                    event_id: r.get(2),
+                    body: r.get(3),
+                    headers: r.get(4),
+                    event_type: r.get(5),
+                    received_at: r.get(6),
+                    remote_addr: r.get(7),
+                    origin: r.get(8),
+                },
+            )
+        })
+        .collect())
+}
+
+pub async fn gauges(client: &Client) -> Result<crate::store::Gauges, tokio_postgres::Error> {
+    let counts = client.query("SELECT state, count(*) FROM deliveries GROUP BY state", &[]);
+    let oldest = client.query_one(
+        "SELECT min(created_at) FROM deliveries WHERE state IN ('pending', 'in_flight')",
+        &[],
+    );
+    let paused = client.query(
+        "SELECT source, target, paused_at, paused_by FROM paused_targets ORDER BY source, target",
+        &[],
+    );
+    let (counts, oldest, paused) = futures_util::future::try_join3(counts, oldest, paused).await?;
+    Ok(crate::store::Gauges {
+        counts: counts.iter().map(|r| (r.get(0), r.get(1))).collect(),
+        oldest_pending: oldest.get(0),
+        paused: paused
+            .iter()
+            .map(|r| Paused {
+                source: r.get(0),
+                target: r.get(1),
+                paused_at: r.get(2),
+                paused_by: r.get(3),
+            })
+            .collect(),
+        pages: None,
+    })
+}
