@@ -5,13 +5,29 @@
 # tests use to create a database of their own each. Trust authentication on 127.0.0.1 and
 # no socket: it is for tests, never for data.
 #
+# HOOKINBOX_PG_CLUSTER=NAME makes (and stops) a cluster of that name instead: for a test that
+# stops its server under load, without stopping everyone else's. `stop-all` stops every
+# cluster of this checkout.
+#
 # As root (CI), the server runs as the `postgres` user that Debian's package creates:
 # PostgreSQL refuses to run as root. Hence /tmp rather than the checkout: that user must be
 # able to reach the directory, and a checkout may sit under a private one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-dir=${TMPDIR:-/tmp}/hookinbox-pg-test-$(id -u)-$(printf %s "$PWD" | cksum | cut -d' ' -f1)
+base=${TMPDIR:-/tmp}/hookinbox-pg-test-$(id -u)-$(printf %s "$PWD" | cksum | cut -d' ' -f1)
+if [ "${1:-}" = stop-all ]; then
+    for d in "$base" "$base"-*; do
+        [ -d "$d" ] && HOOKINBOX_PG_CLUSTER_DIR=$d "$0" stop
+    done
+    exit 0
+fi
+name=${HOOKINBOX_PG_CLUSTER:-}
+if [ -n "$name" ] && ! [[ $name =~ ^[a-z0-9_]+$ ]]; then
+    echo "pg-test-cluster: HOOKINBOX_PG_CLUSTER must be lowercase letters, digits and _" >&2
+    exit 2
+fi
+dir=${HOOKINBOX_PG_CLUSTER_DIR:-$base${name:+-$name}}
 data=$dir/data
 user=hookinbox_test
 as_owner=()

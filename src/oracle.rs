@@ -97,6 +97,11 @@ impl Ledger {
         self.acked.len()
     }
 
+    /// Whether any answer for `id` was a 2xx.
+    pub fn is_acked(&self, id: &str) -> bool {
+        self.acked.contains(id)
+    }
+
     pub fn sent(&self) -> usize {
         self.sent.len()
     }
@@ -203,6 +208,25 @@ impl Report {
     }
 }
 
+/// One stored event as the oracle reads it, from either backend.
+#[derive(Debug, Clone)]
+pub struct StoredRow {
+    pub event_id: String,
+    /// The `sha256` column.
+    pub sha256: String,
+    /// The payload; None once pruned.
+    pub body: Option<Vec<u8>>,
+}
+
+/// One delivery row as the oracle reads it.
+#[derive(Debug, Clone)]
+pub struct DeliveryRow {
+    pub event_id: String,
+    pub idempotency_key: String,
+    pub state: String,
+    pub attempts: i64,
+}
+
 /// Checks the inbox at `db` (source `source`) against the ledger, and, given receipts,
 /// the deliveries against what the target received. Opens the file read-only.
 pub fn check(
@@ -217,30 +241,67 @@ pub fn check(
     )?;
     // One snapshot for every query.
     conn.execute_batch("BEGIN")?;
+    let integrity: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
+    let stored = conn
+        .prepare(
+            "SELECT e.event_id, e.sha256, CAST(p.body AS BLOB)
+               FROM events e LEFT JOIN payloads p ON p.event = e.id WHERE e.source = ?1",
+        )?
+        .query_map([source], |row| {
+            Ok(StoredRow {
+                event_id: row.get(0)?,
+                sha256: row.get(1)?,
+                body: row.get(2)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let deliveries = match receipts {
+        None => None,
+        Some(receipts) => {
+            let rows = conn
+                .prepare(
+                    "SELECT e.event_id, d.idempotency_key, d.state, d.attempts
+                       FROM deliveries d JOIN events e ON e.id = d.event WHERE e.source = ?1",
+                )?
+                .query_map([source], |row| {
+                    Ok(DeliveryRow {
+                        event_id: row.get(0)?,
+                        idempotency_key: row.get(1)?,
+                        state: row.get(2)?,
+                        attempts: row.get(3)?,
+                    })
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            Some((rows, receipts))
+        }
+    };
+    Ok(judge(ledger, integrity, stored, deliveries))
+}
+
+/// The oracle's rules over rows read from any backend in one snapshot: `integrity` is the
+/// store's own check ("ok" when it has none to offer).
+pub fn judge(
+    ledger: &Ledger,
+    integrity: String,
+    rows: Vec<StoredRow>,
+    deliveries: Option<(Vec<DeliveryRow>, &[Receipt])>,
+) -> Report {
     let mut r = Report {
         sent: ledger.sent.len(),
         acked: ledger.acked.len(),
-        integrity: conn.query_row("PRAGMA integrity_check", [], |r| r.get(0))?,
+        integrity,
         ..Report::default()
     };
 
-    // event_id -> (sha256 of the stored bytes, sha256 column); pruned rows count by column.
+    // event_id -> sha256 of the stored bytes; pruned rows count by column.
     let mut stored: HashMap<String, String> = HashMap::new();
-    let mut stmt = conn.prepare(
-        "SELECT e.event_id, e.sha256, p.body
-           FROM events e LEFT JOIN payloads p ON p.event = e.id WHERE e.source = ?1",
-    )?;
-    let mut rows = stmt.query([source])?;
-    while let Some(row) = rows.next()? {
-        let id: String = row.get(0)?;
-        let column: String = row.get(1)?;
-        let body = row.get_ref(2)?.as_bytes_or_null()?;
-        let actual = body.map_or(column.clone(), sha256_hex);
-        if actual != column {
-            r.altered.push(id.clone());
+    for row in rows {
+        let actual = row.body.as_deref().map_or(row.sha256.clone(), sha256_hex);
+        if actual != row.sha256 {
+            r.altered.push(row.event_id.clone());
         }
-        if stored.insert(id.clone(), actual).is_some() {
-            r.duplicated.push(id);
+        if stored.insert(row.event_id.clone(), actual).is_some() {
+            r.duplicated.push(row.event_id);
         }
     }
     r.stored = stored.len();
@@ -258,8 +319,8 @@ pub fn check(
             r.recovered += 1;
         }
     }
-    if let Some(receipts) = receipts {
-        r.delivery = Some(check_deliveries(&conn, source, &stored, receipts)?);
+    if let Some((rows, receipts)) = deliveries {
+        r.delivery = Some(check_deliveries(&stored, rows, receipts));
     }
     for list in [
         &mut r.lost,
@@ -270,15 +331,14 @@ pub fn check(
         list.sort();
         list.truncate(SHOWN);
     }
-    Ok(r)
+    r
 }
 
 fn check_deliveries(
-    conn: &Connection,
-    source: &str,
     stored: &HashMap<String, String>,
+    rows: Vec<DeliveryRow>,
     receipts: &[Receipt],
-) -> rusqlite::Result<DeliveryReport> {
+) -> DeliveryReport {
     let mut d = DeliveryReport {
         receipts: receipts.len(),
         ..DeliveryReport::default()
@@ -288,17 +348,14 @@ fn check_deliveries(
         by_key.entry(&receipt.key).or_default().push(receipt);
     }
     d.received_more_than_once = by_key.values().filter(|v| v.len() > 1).count();
-    let mut stmt = conn.prepare(
-        "SELECT e.event_id, d.idempotency_key, d.state, d.attempts
-         FROM deliveries d JOIN events e ON e.id = d.event WHERE e.source = ?1",
-    )?;
-    let mut rows = stmt.query([source])?;
     let mut keys = HashSet::new();
-    while let Some(row) = rows.next()? {
-        let id: String = row.get(0)?;
-        let key: String = row.get(1)?;
-        let state: String = row.get(2)?;
-        let attempts: i64 = row.get(3)?;
+    for row in rows {
+        let DeliveryRow {
+            event_id: id,
+            idempotency_key: key,
+            state,
+            attempts,
+        } = row;
         d.deliveries += 1;
         let seen = by_key.get(key.as_str()).map_or(&[][..], Vec::as_slice);
         match state.as_str() {
@@ -339,7 +396,7 @@ fn check_deliveries(
         list.dedup();
         list.truncate(SHOWN);
     }
-    Ok(d)
+    d
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {

@@ -204,3 +204,352 @@ concurrency = 8
     );
     server.stop().await;
 }
+
+/// Every stored event of source `sw` and its deliveries, in one snapshot, as the oracle
+/// reads them.
+async fn oracle_rows(
+    db: &mut tokio_postgres::Client,
+) -> (
+    Vec<hookinbox::oracle::StoredRow>,
+    Vec<hookinbox::oracle::DeliveryRow>,
+) {
+    let tx = db
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .start()
+        .await
+        .unwrap();
+    let stored = tx
+        .query(
+            "SELECT e.event_id, e.sha256, p.body
+               FROM events e LEFT JOIN payloads p ON p.event = e.id WHERE e.source = 'sw'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| hookinbox::oracle::StoredRow {
+            event_id: r.get(0),
+            sha256: r.get(1),
+            body: r.get(2),
+        })
+        .collect();
+    let deliveries = tx
+        .query(
+            "SELECT e.event_id, d.idempotency_key, d.state, d.attempts::bigint
+               FROM deliveries d JOIN events e ON e.id = d.event WHERE e.source = 'sw'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| hookinbox::oracle::DeliveryRow {
+            event_id: r.get(0),
+            idempotency_key: r.get(1),
+            state: r.get(2),
+            attempts: r.get(3),
+        })
+        .collect();
+    tx.commit().await.unwrap();
+    (stored, deliveries)
+}
+
+/// Three `serve` processes over one database, behind no balancer: the client spreads each
+/// event over them (a quarter sent to two replicas at once, as a provider's retry racing
+/// its first try), while one replica at a time is SIGKILLed at a random moment and
+/// restarted. Then the oracle: every acknowledged event stored once with its bytes, every
+/// delivery finished and received under its one key, and never two attempts of one
+/// delivery at once.
+#[test]
+fn three_replicas_share_one_inbox_through_sigkills() {
+    use crate::proc::{Proc, deploy_store};
+    use hookinbox::oracle::{Ledger, Rng};
+    let Some(server_url) = postgres("pg_store::three_replicas_share_one_inbox") else {
+        return;
+    };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let url = runtime.block_on(fresh_database(&server_url));
+    // Each answer takes a little while, so that two attempts at once would overlap.
+    let sink = runtime.block_on(Sink::start(|_, _| Reply::Hang(Duration::from_millis(20))));
+    let sources = forwarding(
+        &sink.url(),
+        "timeout = \"2s\"\nlease = \"7s\"\nconcurrency = 8\n\
+         retry = [\"200ms\", \"200ms\", \"500ms\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\"]",
+    );
+    let replicas: Vec<_> = (0..3)
+        .map(|_| deploy_store(&pg_store(&url), &sources))
+        .collect();
+    let mut procs: Vec<Proc> = replicas.iter().map(|d| Proc::spawn(&d.config)).collect();
+    let scheme = replicas[0].scheme.clone();
+    let seed = Rng::seed_from_env("HOOKINBOX_REPLICAS_SEED");
+    eprintln!("replicas: seed {seed} (HOOKINBOX_REPLICAS_SEED replays it)");
+    let mut rng = Rng(seed);
+    let mut ledger = Ledger::default();
+    let mut bodies = BTreeMap::new();
+    let client = client();
+    let rounds = count_from_env("HOOKINBOX_REPLICAS_ROUNDS", 4);
+    let per_round = 150;
+    let mut killed_mid_round = 0;
+    for round in 0..rounds {
+        let bases: Vec<String> = procs
+            .iter()
+            .map(|p| format!("http://{}", p.public))
+            .collect();
+        let victim = rng.below(3) as usize;
+        let kill_after = Duration::from_millis(rng.below(400));
+        let plan: Vec<(String, Vec<usize>)> = (0..per_round)
+            .map(|n| {
+                let id = format!("msg_r{round}_{n:03}");
+                let first = rng.below(3) as usize;
+                let mut to = vec![first];
+                if rng.below(4) == 0 {
+                    to.push((first + 1 + rng.below(2) as usize) % 3);
+                }
+                (id, to)
+            })
+            .collect();
+        let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut sends = tokio::task::JoinSet::new();
+        let total = runtime.block_on(async {
+            for (id, to) in &plan {
+                let body = event_body(id, "replicated");
+                bodies.insert(id.clone(), body.clone());
+                let req = std::sync::Arc::new(sign_with(
+                    &scheme,
+                    id,
+                    &body,
+                    hookinbox::clock::unix_now(),
+                ));
+                for &r in to {
+                    let (client, base, req, id, body, answered) = (
+                        client.clone(),
+                        bases[r].clone(),
+                        req.clone(),
+                        id.clone(),
+                        body.clone(),
+                        answered.clone(),
+                    );
+                    sends.spawn(async move {
+                        let status = send(&client, &base, "sw", &req)
+                            .await
+                            .ok()
+                            .map(|r| r.status().as_u16());
+                        answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        (id, body, status)
+                    });
+                }
+            }
+            tokio::time::sleep(kill_after).await;
+            sends.len()
+        });
+        procs.remove(victim).sigkill();
+        if answered.load(std::sync::atomic::Ordering::Relaxed) < total {
+            killed_mid_round += 1;
+        }
+        let answers = runtime.block_on(sends.join_all());
+        for (id, body, status) in &answers {
+            ledger.record(id, body, *status);
+        }
+        procs.insert(victim, Proc::spawn(&replicas[victim].config));
+    }
+    assert!(
+        killed_mid_round > 0,
+        "no kill came while requests were in flight"
+    );
+    let acked_in_rounds = ledger.acked();
+    // The providers retry what was never acknowledged, until it is.
+    let bases: Vec<String> = procs
+        .iter()
+        .map(|p| format!("http://{}", p.public))
+        .collect();
+    runtime.block_on(async {
+        for (id, body) in &bodies {
+            if ledger.is_acked(id) {
+                continue;
+            }
+            let req = sign_with(&scheme, id, body, hookinbox::clock::unix_now());
+            let base = &bases[rng.below(3) as usize];
+            let status = send(&client, base, "sw", &req)
+                .await
+                .ok()
+                .map(|r| r.status().as_u16());
+            assert_eq!(status, Some(200), "{id} after the kills");
+            ledger.record(id, body, status);
+        }
+    });
+    let mut db = runtime.block_on(pg_connect(&url));
+    runtime.block_on(wait_count(
+        &db,
+        "SELECT count(*) FROM deliveries WHERE state NOT IN ('delivered', 'dead')",
+        0,
+        Duration::from_secs(60),
+    ));
+    let (stored, deliveries) = runtime.block_on(oracle_rows(&mut db));
+    let receipts = sink.receipts();
+    let report =
+        hookinbox::oracle::judge(&ledger, "ok".into(), stored, Some((deliveries, &receipts)));
+    eprintln!(
+        "replicas: {} sent, {acked_in_rounds} acknowledged before the retries and {} after, \
+         {} stored, {} receipts, {} received more than once",
+        report.sent,
+        report.acked,
+        report.stored,
+        receipts.len(),
+        report
+            .delivery
+            .as_ref()
+            .map_or(0, |d| d.received_more_than_once)
+    );
+    report.assert_ok();
+    assert_eq!(report.stored, rounds * per_round);
+    assert_eq!(report.delivery.as_ref().unwrap().dead, 0);
+    assert_eq!(sink.overlaps(), 0, "two attempts of one delivery at once");
+    for p in procs {
+        assert!(p.sigterm().success());
+    }
+}
+
+/// PostgreSQL stopped while 16 senders keep sending: requests are answered 503 with
+/// Retry-After and `/readyz` says not ready, never 2xx; when the server is back, ingest
+/// resumes without a restart, and every event acknowledged before, during or after is
+/// stored once with its bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_stopped_under_load_answers_503_and_ingest_resumes() {
+    const CLUSTER: &str = "outage";
+    let test = "pg_store::postgres_stopped_under_load";
+    let Some(server_url) = own_postgres(CLUSTER, test) else {
+        return;
+    };
+    let url = fresh_database(&server_url).await;
+    let server = TestServer::start_store(&pg_store(&url), ONE_SOURCE).await;
+    let scheme = first_scheme(&server.config.path);
+    let ledger = std::sync::Arc::new(std::sync::Mutex::new(hookinbox::oracle::Ledger::default()));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // (status, had Retry-After) of every answer, in order.
+    let answers = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(u16, bool)>::new()));
+    let mut senders = tokio::task::JoinSet::new();
+    for s in 0..16 {
+        let (scheme, ledger, stop, answers) = (
+            scheme.clone(),
+            ledger.clone(),
+            stop.clone(),
+            answers.clone(),
+        );
+        let (client, base) = (server.client.clone(), server.base.clone());
+        senders.spawn(async move {
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let id = format!("msg_out_{s:02}_{n:05}");
+                n += 1;
+                let body = event_body(&id, "through an outage");
+                let req = sign_with(&scheme, &id, &body, hookinbox::clock::unix_now());
+                let answer = send(&client, &base, "sw", &req).await.ok();
+                let status = answer.as_ref().map(|r| r.status().as_u16());
+                let retry_after = answer
+                    .as_ref()
+                    .is_some_and(|r| r.headers().contains_key("retry-after"));
+                ledger.lock().unwrap().record(&id, &body, status);
+                answers
+                    .lock()
+                    .unwrap()
+                    .push((status.unwrap_or(0), retry_after));
+                if status != Some(200) {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        });
+    }
+    let seen = |status: u16| {
+        answers
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|a| a.0 == status)
+            .count()
+    };
+    let wait_for = |what: &str, done: &dyn Fn() -> bool| {
+        let start = Instant::now();
+        while !done() {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "waiting for {what}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let ready = || async {
+        server
+            .client
+            .get(format!("{}/readyz", server.admin))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    tokio::task::block_in_place(|| wait_for("events stored", &|| seen(200) >= 200));
+    assert_eq!(ready().await, 200);
+
+    tokio::task::block_in_place(|| stop_own_postgres(CLUSTER));
+    let before_outage = answers.lock().unwrap().len();
+    tokio::task::block_in_place(|| {
+        wait_for("503s during the outage", &|| {
+            answers.lock().unwrap()[before_outage..]
+                .iter()
+                .filter(|a| a.0 == 503)
+                .count()
+                >= 50
+        })
+    });
+    assert_eq!(ready().await, 503, "/readyz while PostgreSQL is down");
+    {
+        let during = &answers.lock().unwrap()[before_outage..];
+        assert!(
+            during.iter().filter(|a| a.0 == 503).all(|a| a.1),
+            "a 503 without Retry-After"
+        );
+    }
+
+    // Back: the next batches connect again.
+    assert!(own_postgres(CLUSTER, test).is_some());
+    let after_outage = answers.lock().unwrap().len();
+    tokio::task::block_in_place(|| {
+        wait_for("ingest to resume", &|| {
+            answers.lock().unwrap()[after_outage..]
+                .iter()
+                .filter(|a| a.0 == 200)
+                .count()
+                >= 200
+        })
+    });
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    senders.join_all().await;
+    let start = Instant::now();
+    while ready().await != 200 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "/readyz after the outage"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let statuses: BTreeSet<u16> = answers.lock().unwrap().iter().map(|a| a.0).collect();
+    assert!(
+        statuses.is_subset(&BTreeSet::from([200, 503])),
+        "answers other than 200 and 503: {statuses:?}"
+    );
+
+    let mut db = pg_connect(&url).await;
+    let (stored, _) = oracle_rows(&mut db).await;
+    let report = hookinbox::oracle::judge(&ledger.lock().unwrap(), "ok".into(), stored, None);
+    eprintln!(
+        "outage: {} sent, {} acknowledged, {} stored ({} of them answered 503 or unanswered), \
+         {} answered 503",
+        report.sent,
+        report.acked,
+        report.stored,
+        report.recovered,
+        seen(503)
+    );
+    report.assert_ok();
+    server.stop().await;
+}

@@ -50,6 +50,39 @@ type Behaviour = dyn Fn(&Received, usize) -> Reply + Send + Sync;
 pub struct Sink {
     pub addr: SocketAddr,
     log: Arc<Mutex<Vec<Received>>>,
+    /// Per idempotency key, requests being answered now; and how often a request came
+    /// while another of its key was still being answered (two attempts at once).
+    busy: Arc<Busy>,
+}
+
+#[derive(Default)]
+struct Busy {
+    keys: Mutex<std::collections::HashMap<String, usize>>,
+    overlaps: std::sync::atomic::AtomicUsize,
+}
+
+/// A request of `key` being answered; the key is free again when it is dropped.
+struct Answering(Arc<Busy>, String);
+
+impl Answering {
+    fn new(busy: &Arc<Busy>, key: &str) -> Answering {
+        let mut keys = busy.keys.lock().unwrap();
+        let n = keys.entry(key.to_owned()).or_default();
+        *n += 1;
+        if *n > 1 {
+            busy.overlaps
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Answering(busy.clone(), key.to_owned())
+    }
+}
+
+impl Drop for Answering {
+    fn drop(&mut self) {
+        if let Some(n) = self.0.keys.lock().unwrap().get_mut(&self.1) {
+            *n -= 1;
+        }
+    }
 }
 
 impl Sink {
@@ -63,15 +96,18 @@ impl Sink {
         let log: Arc<Mutex<Vec<Received>>> = Arc::default();
         let behaviour: Arc<Behaviour> = Arc::new(behaviour);
         let shared = log.clone();
+        let busy: Arc<Busy> = Arc::default();
+        let busy_shared = busy.clone();
         tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     return;
                 };
                 let (log, behaviour) = (shared.clone(), behaviour.clone());
+                let busy = busy_shared.clone();
                 tokio::spawn(async move {
                     let service = service_fn(move |req: Request<hyper::body::Incoming>| {
-                        let (log, behaviour) = (log.clone(), behaviour.clone());
+                        let (log, behaviour, busy) = (log.clone(), behaviour.clone(), busy.clone());
                         async move {
                             let (parts, body) = req.into_parts();
                             let body = body
@@ -91,6 +127,7 @@ impl Sink {
                                 log.push(received.clone());
                                 n
                             };
+                            let _answering = Answering::new(&busy, received.key());
                             let reply = behaviour(&received, before);
                             let (status, headers) = match reply {
                                 Reply::Status(s) => (s, Vec::new()),
@@ -118,7 +155,15 @@ impl Sink {
                 });
             }
         });
-        Sink { addr, log }
+        Sink { addr, log, busy }
+    }
+
+    /// How many requests came while another with the same idempotency key was still being
+    /// answered: two attempts of one delivery at once.
+    pub fn overlaps(&self) -> usize {
+        self.busy
+            .overlaps
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn url(&self) -> String {

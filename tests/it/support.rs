@@ -561,6 +561,37 @@ pub fn postgres(test: &str) -> Option<String> {
     }
 }
 
+/// A test cluster of its own, named `name` (`HOOKINBOX_PG_CLUSTER`), for a test that stops
+/// and starts its server: started (or found running) by `scripts/pg-test-cluster.sh`, which
+/// keeps its port across a stop. None, after [`skip`] said so, where it cannot be had.
+pub fn own_postgres(name: &str, test: &str) -> Option<String> {
+    match pg_cluster(name, None) {
+        Ok(url) => Some(url),
+        Err(why) => {
+            skip("POSTGRES", test, &why);
+            None
+        }
+    }
+}
+
+/// Stops the cluster `own_postgres(name, …)` started (a fast shutdown: sessions are cut).
+pub fn stop_own_postgres(name: &str) {
+    pg_cluster(name, Some("stop")).unwrap();
+}
+
+fn pg_cluster(name: &str, arg: Option<&str>) -> Result<String, String> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/pg-test-cluster.sh");
+    let out = std::process::Command::new(script)
+        .args(arg)
+        .env("HOOKINBOX_PG_CLUSTER", name)
+        .output()
+        .map_err(|e| format!("{script}: {e}"))?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).trim().to_owned());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
 /// A database of its own for one test on the server at `server` (a superuser's URL), as a
 /// URL for the same user.
 pub async fn fresh_database(server: &str) -> String {
