@@ -118,6 +118,13 @@ pub enum Command {
         hookinbox backup /var/backups/hookinbox.db\n  \
         hookinbox backup --json --db /var/lib/hookinbox/inbox.db /var/backups/before-upgrade.db")]
     Backup(commands::backup::Args),
+    /// Copy a stopped SQLite inbox into an empty PostgreSQL one (identities, payloads,
+    /// deliveries, attempts, conflicts), check every table read back, and say what to change
+    /// in the config
+    #[command(after_help = "Examples:\n  \
+        hookinbox migrate-store --to postgres://hookinbox@db.internal/hookinbox --password file:/etc/hookinbox/secrets/pg\n  \
+        hookinbox migrate-store --db /var/lib/hookinbox/inbox.db --to postgres://hookinbox@127.0.0.1/hookinbox --json")]
+    MigrateStore(commands::migrate_store::Args),
     /// List stored events, newest first, with what became of their deliveries (--follow:
     /// then each new one as it is stored, like `tail -f`)
     #[command(after_help = "Examples:\n  \
@@ -328,6 +335,13 @@ fn offline_command(
     offline: Option<&config::Offline>,
     command: &Command,
 ) -> anyhow::Result<()> {
+    let out = &mut std::io::stdout().lock();
+    if let Command::MigrateStore(args) = command {
+        if !db.exists() {
+            anyhow::bail!("no inbox at {}; is --config or --db right?", db.display());
+        }
+        return commands::migrate_store::run(db, args, out);
+    }
     if let Some(url) = offline.and_then(|o| o.postgres.as_ref()) {
         anyhow::bail!(
             "this configuration keeps the inbox in PostgreSQL ({url}); the operator commands \
@@ -341,7 +355,6 @@ fn offline_command(
             db.display()
         );
     }
-    let out = &mut std::io::stdout().lock();
     match command {
         Command::Replay(args) => commands::replay::run(db, offline, args, out),
         Command::Pause(args) => {
@@ -379,6 +392,7 @@ fn offline_command(
         Command::Dead(args) => commands::dead::run(db, args, out),
         Command::Gaps(args) => commands::gaps::run(db, args, out),
         Command::Serve
+        | Command::MigrateStore(_)
         | Command::Recover(_)
         | Command::Check(_)
         | Command::Sign(_)

@@ -10,6 +10,7 @@ pub mod events;
 pub mod gaps;
 pub mod generate;
 pub mod keypair;
+pub mod migrate_store;
 pub mod pause;
 pub mod prune;
 pub mod recover;

@@ -28,6 +28,7 @@ use crate::secret::{Origin, Secret};
 
 use raw::RawConfig;
 pub use raw::{parse_duration, parse_size};
+pub use validate::pg_store_from;
 
 /// Where `--config` points when it is not given: the packaged location, else the current
 /// directory.

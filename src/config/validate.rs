@@ -394,6 +394,47 @@ fn validate_backend(store: &super::raw::RawStore, paths: &Paths) -> Result<Backe
     }
 }
 
+/// A PostgreSQL inbox named on the command line (`migrate-store --to`), checked as `[store]`
+/// checks it; `password` is a secret spec, relative files from the working directory.
+pub fn pg_store_from(
+    url: &str,
+    password: Option<&str>,
+    tls: Option<&str>,
+    ca: Option<&Path>,
+) -> Result<PgStore, String> {
+    let credentials = std::env::var_os("CREDENTIALS_DIRECTORY").map(std::path::PathBuf::from);
+    let paths = Paths {
+        base: Path::new("."),
+        credentials: credentials.as_deref(),
+        purpose: Purpose::Serve,
+    };
+    let (url, password, tls) = validate_pg_connection(
+        PgConnection {
+            url: url.to_owned(),
+            password: password.map(str::to_owned),
+            tls: tls.map(str::to_owned),
+            ca: ca.map(Path::to_path_buf),
+        },
+        "store",
+        &paths,
+    )
+    // The same checks, in the command line's words.
+    .map_err(|e| {
+        e.replace("password = \"file:", "--password \"file:")
+            .replace("store.url", "--to")
+            .replace("store.tls = ", "--tls ")
+            .replace("store.tls", "--tls")
+            .replace("store.ca", "--ca")
+            .replace("store.password", "--password")
+    })?;
+    Ok(PgStore {
+        url,
+        password,
+        tls,
+        pool: DEFAULT_PG_POOL,
+    })
+}
+
 /// What `serve` does not do yet with the inbox in PostgreSQL, refused by name rather than
 /// silently left out.
 fn not_yet_on_postgres(sources: &[Source], alerts: &[Target]) -> Result<(), String> {

@@ -553,3 +553,238 @@ async fn postgres_stopped_under_load_answers_503_and_ingest_resumes() {
     report.assert_ok();
     server.stop().await;
 }
+
+/// A SQLite inbox with delivered, pending and paused deliveries, attempts, a conflict and
+/// order keys, copied by `migrate-store` into an empty PostgreSQL database: every table the
+/// same read back, and a serve on the copy goes on where the file left off (a duplicate is
+/// still a duplicate, pending deliveries go out under their keys, new events get new ids).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn migrate_store_copies_a_sqlite_inbox_that_serve_then_continues_on_postgres() {
+    let Some(url) = database("pg_store::migrate_store_copies").await else {
+        return;
+    };
+    let accepting = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let gate = accepting.clone();
+    let sink = Sink::start(move |_, _| {
+        if gate.load(std::sync::atomic::Ordering::Relaxed) {
+            Reply::Status(200)
+        } else {
+            Reply::Status(503)
+        }
+    })
+    .await;
+    let sources = format!(
+        r#"
+[[sources]]
+name = "sw"
+scheme = "standard-webhooks"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+order = {{ key = "/data/n", version = "/v" }}
+[[sources.targets]]
+name = "app"
+url = "{0}"
+retry = ["100ms", "1h"]
+[[sources.targets]]
+name = "audit"
+url = "{0}"
+"#,
+        sink.url()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let db_path = dir.path().join("inbox.db");
+    let config_path = dir.path().join("hookinbox.toml");
+    std::fs::write(&config_path, config_text(SERVER, &db_path, &sources)).unwrap();
+    let running = hookinbox::commands::serve::start(hookinbox::config::load(&config_path).unwrap())
+        .await
+        .unwrap();
+    let base = format!("http://{}", running.public_addr);
+    let scheme = first_scheme(&config_path);
+    let http = client();
+    let post = |id: &str, body: Vec<u8>| {
+        let req = sign_with(&scheme, id, &body, hookinbox::clock::unix_now());
+        let (http, base) = (http.clone(), base.clone());
+        async move {
+            send(&http, &base, "sw", &req)
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    let event = |id: &str, v: i64| {
+        format!(r#"{{"id":"{id}","v":{v},"data":{{"n":"k{}"}}}}"#, v % 3).into_bytes()
+    };
+    for n in 0..20 {
+        let id = format!("msg_mig_{n:02}");
+        assert_eq!(post(&id, event(&id, n)).await, 200);
+    }
+    let start = Instant::now();
+    let read = open_read(&db_path);
+    while read
+        .query_row(
+            "SELECT count(*) FROM deliveries WHERE state = 'delivered'",
+            [],
+            |r| r.get::<_, i64>(0),
+        )
+        .unwrap()
+        < 40
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "first deliveries"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Now the app fails: these wait for a retry an hour away.
+    accepting.store(false, std::sync::atomic::Ordering::Relaxed);
+    let binary = b"{\"id\":\"msg_mig_bin\",\"v\":100,\"data\":{\"n\":\"\xff\"}}".to_vec();
+    assert_eq!(post("msg_mig_bin", binary.clone()).await, 200);
+    for n in 20..25 {
+        let id = format!("msg_mig_{n:02}");
+        assert_eq!(post(&id, event(&id, n)).await, 200);
+    }
+    assert_eq!(
+        post("msg_mig_03", b"{\"changed\":true}".to_vec()).await,
+        409
+    );
+    running.shutdown().await;
+    let config = config_path.to_str().unwrap().to_owned();
+    let (code, out, err) = tokio::task::spawn_blocking({
+        let config = config.clone();
+        move || hookinbox(&["pause", "sw/audit", "--config", &config])
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 0, "{out}{err}");
+    let tables = [
+        "events",
+        "payloads",
+        "deliveries",
+        "attempts",
+        "order_keys",
+        "conflicts",
+        "paused_targets",
+    ];
+    let in_file: Vec<i64> = tables
+        .iter()
+        .map(|t| {
+            read.query_row(&format!("SELECT count(*) FROM {t}"), [], |r| r.get(0))
+                .unwrap()
+        })
+        .collect();
+    assert!(in_file.iter().all(|n| *n > 0), "{in_file:?}");
+    drop(read);
+
+    let to = url.clone();
+    let (code, out, err) = tokio::task::spawn_blocking({
+        let config = config.clone();
+        move || hookinbox(&["migrate-store", "--config", &config, "--to", &to])
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("backend = \"postgres\""), "{out}");
+    assert!(out.contains(&format!("url = \"{url}\"")), "{out}");
+    let db = pg_connect(&url).await;
+    for (t, n) in tables.iter().zip(&in_file) {
+        assert_eq!(
+            count(&db, &format!("SELECT count(*) FROM {t}")).await,
+            *n,
+            "{t}"
+        );
+    }
+    let body: Vec<u8> = db
+        .query_one(
+            "SELECT body FROM event_payloads WHERE event_id = 'msg_mig_bin'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(body, binary);
+    // Into a database that is no longer empty: refused, nothing written.
+    let to = url.clone();
+    let (code, _, err) = tokio::task::spawn_blocking({
+        let config = config.clone();
+        move || hookinbox(&["migrate-store", "--config", &config, "--to", &to])
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 1);
+    assert!(err.contains("not empty"), "{err}");
+
+    // Serve on the copy, as migrate-store said.
+    accepting.store(true, std::sync::atomic::Ordering::Relaxed);
+    let keys_before: BTreeSet<String> =
+        sink.received().iter().map(|r| r.key().to_owned()).collect();
+    let server = TestServer::start_store(&pg_store(&url), &sources).await;
+    assert_eq!(
+        server
+            .post(
+                "sw",
+                &server.sign("sw", "msg_mig_05", &event("msg_mig_05", 5))
+            )
+            .await
+            .0,
+        200
+    );
+    assert_eq!(count(&db, "SELECT count(*) FROM events").await, in_file[0]);
+    let fresh = event("msg_mig_new", 200);
+    assert_eq!(
+        server
+            .post("sw", &server.sign("sw", "msg_mig_new", &fresh))
+            .await
+            .0,
+        200
+    );
+    let new_id: i64 = db
+        .query_one("SELECT id FROM events WHERE event_id = 'msg_mig_new'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        new_id > in_file[0],
+        "the new event's id {new_id} follows the copied ones"
+    );
+    // The paused target stays paused; the app's pending deliveries wait for their retry
+    // (an hour away), so replay them the way an operator would, with SQL.
+    db.execute(
+        "UPDATE deliveries SET next_attempt_at = '2000-01-01T00:00:00.000Z'
+          WHERE target = 'app' AND state = 'pending'",
+        &[],
+    )
+    .await
+    .unwrap();
+    wait_count(
+        &db,
+        "SELECT count(*) FROM deliveries WHERE target = 'app' AND state NOT IN ('delivered', 'superseded')",
+        0,
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(*) FROM deliveries WHERE target = 'audit' AND state = 'pending'"
+        )
+        .await,
+        7,
+        "the audit target is still paused"
+    );
+    // The waiting deliveries went out under the keys the file had given them.
+    let retried: BTreeSet<String> = sink
+        .received()
+        .iter()
+        .map(|r| r.key().to_owned())
+        .filter(|k| !keys_before.contains(k))
+        .collect();
+    let file_keys: BTreeSet<String> = db
+        .query("SELECT idempotency_key FROM deliveries", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(retried.is_subset(&file_keys));
+    server.stop().await;
+}
