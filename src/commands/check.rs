@@ -44,7 +44,9 @@ struct Listeners {
 
 #[derive(Debug, Serialize)]
 struct Inbox {
+    /// The SQLite file, or the PostgreSQL URL.
     path: String,
+    backend: &'static str,
     synchronous: &'static str,
 }
 
@@ -147,11 +149,19 @@ fn report(config: &Config) -> Report {
             tls: config.server.tls.is_some(),
             web_actions: config.admin.actions,
         },
-        inbox: Inbox {
-            path: config.store.path.display().to_string(),
-            synchronous: match config.store.synchronous {
-                Synchronous::Full => "full",
-                Synchronous::Normal => "normal",
+        inbox: match &config.store.backend {
+            crate::config::Backend::Sqlite => Inbox {
+                path: config.store.path.display().to_string(),
+                backend: "sqlite",
+                synchronous: match config.store.synchronous {
+                    Synchronous::Full => "full",
+                    Synchronous::Normal => "normal",
+                },
+            },
+            crate::config::Backend::Postgres(pg) => Inbox {
+                path: pg.url.clone(),
+                backend: "postgres",
+                synchronous: "synchronous_commit=on",
             },
         },
         sources,
@@ -234,8 +244,14 @@ fn write_text(r: &Report, out: &mut impl Write) -> std::io::Result<()> {
     )?;
     writeln!(
         out,
-        "  inbox   {}  (synchronous={})",
-        r.inbox.path, r.inbox.synchronous
+        "  inbox   {}  ({}, {})",
+        r.inbox.path,
+        r.inbox.backend,
+        if r.inbox.backend == "sqlite" {
+            format!("synchronous={}", r.inbox.synchronous)
+        } else {
+            r.inbox.synchronous.to_owned()
+        }
     )?;
     for s in &r.sources {
         writeln!(

@@ -1006,4 +1006,66 @@ url = "http://127.0.0.1:3000/hooks"
         }
         assert!(err(&pg(", table = \"Inbox\"")).contains("lowercase"));
     }
+
+    #[test]
+    fn a_postgres_store_is_checked_like_a_postgres_target_and_names_what_it_lacks() {
+        let store = |keys: &str| {
+            MINIMAL.replace(
+                "path = \"inbox.db\"",
+                &format!("path = \"inbox.db\"\n{keys}"),
+            )
+        };
+        let c = load(&store(
+            "backend = \"postgres\"\nurl = \"postgres://hookinbox@127.0.0.1/hookinbox\"",
+        ))
+        .unwrap();
+        let Backend::Postgres(pg) = &c.store.backend else {
+            panic!("a postgres store")
+        };
+        assert_eq!((&pg.tls, pg.pool), (&PgTls::Off, DEFAULT_PG_POOL));
+        let remote = load(&store(
+            "backend = \"postgres\"\nurl = \"postgres://hookinbox@db.internal/hookinbox\"\npool = 8",
+        ))
+        .unwrap();
+        let Backend::Postgres(pg) = &remote.store.backend else {
+            panic!("a postgres store")
+        };
+        assert_eq!((&pg.tls, pg.pool), (&PgTls::VerifyFull { ca: None }, 8));
+        for (keys, why) in [
+            ("backend = \"postgres\"", "needs store.url"),
+            (
+                "url = \"postgres://hookinbox@127.0.0.1/h\"",
+                "store.url is for backend = \"postgres\"",
+            ),
+            ("backend = \"mysql\"", "is not a backend"),
+            (
+                "backend = \"postgres\"\nurl = \"postgres://h:pw@127.0.0.1/h\"",
+                "store.url holds a password",
+            ),
+            (
+                "backend = \"postgres\"\nurl = \"postgres://h@127.0.0.1/h\"\nsynchronous = \"normal\"",
+                "synchronous_commit = on",
+            ),
+            (
+                "backend = \"postgres\"\nurl = \"postgres://h@127.0.0.1/h\"\npool = 0",
+                "store.pool must be between",
+            ),
+        ] {
+            assert!(
+                err(&store(keys)).contains(why),
+                "{keys}: {}",
+                err(&store(keys))
+            );
+        }
+        // What serve does not do on PostgreSQL yet is refused by name.
+        let alerts = format!(
+            "{}\n[[alerts]]\nname = \"ops\"\nurl = \"http://127.0.0.1:9/alerts\"\n",
+            store("backend = \"postgres\"\nurl = \"postgres://h@127.0.0.1/h\"")
+        );
+        assert!(
+            err(&alerts).contains("need the SQLite inbox for now"),
+            "{}",
+            err(&alerts)
+        );
+    }
 }

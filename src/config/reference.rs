@@ -208,14 +208,64 @@ pub const SECTIONS: &[Section] = &[
     },
     Section {
         header: "[store]",
-        about: "The inbox, a SQLite file in WAL mode. Only a restart applies a change.",
+        about: "The inbox: a SQLite file in WAL mode by default, or a PostgreSQL database \
+                that several serve replicas share. Only a restart applies a change.",
         keys: &[
             Key {
                 name: "path",
                 form: "path",
                 if_absent: IfAbsent::Required,
                 meaning: "The inbox file, like \"/var/lib/hookinbox/inbox.db\"; serve \
-                          creates it. One serve per inbox (serve locks inbox.db.lock).",
+                          creates it. One serve per inbox (serve locks inbox.db.lock). With \
+                          backend = \"postgres\" it only places serve's local files (the \
+                          reload status) and names the file migrate-store copies.",
+            },
+            Key {
+                name: "backend",
+                form: "\"sqlite\" or \"postgres\"",
+                if_absent: IfAbsent::Default("\"sqlite\""),
+                meaning: "Where the inbox lives. \"postgres\": the database at url, its \
+                          schema made and migrated by serve at start; every replica answers \
+                          2xx only after PostgreSQL committed (synchronous_commit on). Not \
+                          yet with [[alerts]], recover, learnt secrets, the web inbox and \
+                          the operator commands (use psql and the same views).",
+            },
+            Key {
+                name: "url",
+                form: "URL",
+                if_absent: IfAbsent::Derived("required with backend = \"postgres\""),
+                meaning: "With backend = \"postgres\": postgres://USER@HOST/DATABASE, \
+                          without a password and without sslmode.",
+            },
+            Key {
+                name: "password",
+                form: "secret",
+                if_absent: IfAbsent::Off,
+                meaning: "The database password, as any secret spec \
+                          (\"file:/etc/hookinbox/secrets/pg\", \"credential:pg\").",
+            },
+            Key {
+                name: "tls",
+                form: "\"verify-full\" or \"off\"",
+                if_absent: IfAbsent::Derived("\"off\" to this machine, else \"verify-full\""),
+                meaning: "TLS to PostgreSQL with rustls: the certificate checked against the \
+                          system's roots (or ca) and the host name. \"off\" only to this \
+                          machine.",
+            },
+            Key {
+                name: "ca",
+                form: "path",
+                if_absent: IfAbsent::Derived("the system's roots"),
+                meaning: "A PEM file of the CA certificates the server's certificate is \
+                          checked against.",
+            },
+            Key {
+                name: "pool",
+                form: "1 to 64",
+                if_absent: IfAbsent::Derived("4 with backend = \"postgres\""),
+                meaning: "Connections each replica reads with (what is due, the events to \
+                          send, the gauges), besides one that commits received events and \
+                          one for the delivery queue.",
             },
             Key {
                 name: "synchronous",
