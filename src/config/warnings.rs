@@ -41,6 +41,15 @@ impl Config {
     /// `serve` logs them at start-up.
     pub fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
+        let postgres = matches!(self.store.backend, super::Backend::Postgres(_));
+        if postgres {
+            out.push(
+                "store: serve does not apply the retention windows to a PostgreSQL inbox yet; \
+                 events and their payloads stay until deleted (README, \"More than one \
+                 machine\")"
+                    .to_owned(),
+            );
+        }
         for s in &self.sources {
             for (j, origin) in s.secret_origins.iter().enumerate() {
                 match origin {
@@ -64,7 +73,7 @@ impl Config {
                     _ => {}
                 }
             }
-            if s.scheme.name() == "github" && s.recover.is_none() {
+            if s.scheme.name() == "github" && s.recover.is_none() && !postgres {
                 out.push(format!(
                     "source {:?}: GitHub never sends a delivery again by itself, so what it \
                      sent while hookinbox was down or refusing it stays missing; a recover table \
