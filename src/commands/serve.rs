@@ -374,7 +374,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let (sources_tx, sources_rx) = watch::channel(sources.clone());
     let (heartbeat_stop, heartbeat_stopped) = watch::channel(false);
     let board = Arc::new(crate::alerts::Board::new(&sources, &config.alerts));
-    // What runs on the SQLite inbox only, for now: retention, the heartbeat and gaps,
+    // What runs on the SQLite inbox only, for now: the heartbeat and gaps,
     // recovery, learnt secrets, alert notifications and the web inbox (configuration
     // refuses what would need them on PostgreSQL).
     let mut learnt = Vec::new();
@@ -382,14 +382,14 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let mut heartbeat_task = None;
     let mut recover_task = None;
     let mut web = None;
+    tasks.push(tokio::spawn(retention::run_periodically(
+        store.clone(),
+        retention.clone(),
+        config.store.retention_interval,
+        retention_stopped.clone(),
+    )));
     if let Some(sq) = &sqlite {
         let writer = &sq.writer;
-        tasks.push(tokio::spawn(retention::run_periodically(
-            writer.clone(),
-            retention.clone(),
-            config.store.retention_interval,
-            retention_stopped.clone(),
-        )));
         // What each source missed since it was last seen receiving (a stop, a crash),
         // recorded before the first request is taken.
         let names: Vec<String> = sources.iter().map(|s| s.name.clone()).collect();

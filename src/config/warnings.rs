@@ -42,14 +42,6 @@ impl Config {
     pub fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
         let postgres = matches!(self.store.backend, super::Backend::Postgres(_));
-        if postgres {
-            out.push(
-                "store: serve does not apply the retention windows to a PostgreSQL inbox yet; \
-                 events and their payloads stay until deleted (README, \"More than one \
-                 machine\")"
-                    .to_owned(),
-            );
-        }
         for s in &self.sources {
             for (j, origin) in s.secret_origins.iter().enumerate() {
                 match origin {

@@ -123,11 +123,11 @@ impl Pruned {
 }
 
 /// A finished event: nothing of it is waiting to be delivered.
-const FINISHED: &str = "NOT EXISTS (SELECT 1 FROM deliveries d
+pub(super) const FINISHED: &str = "NOT EXISTS (SELECT 1 FROM deliveries d
                                  WHERE d.event = e.id AND d.state IN ('pending', 'in_flight'))";
 /// An event whose payload may go: finished, and no delivery dead, since a dead delivery is
 /// replayed from its payload (it goes with the identity row, after `keep_identity`).
-const PAYLOAD_DONE: &str = "NOT EXISTS (SELECT 1 FROM deliveries d
+pub(super) const PAYLOAD_DONE: &str = "NOT EXISTS (SELECT 1 FROM deliveries d
                                     WHERE d.event = e.id AND d.state IN ('pending', 'in_flight', 'dead'))";
 
 /// The kinds of rows retention removes, in the order a chunk handles them.
@@ -314,11 +314,36 @@ pub async fn apply(
     Ok(total)
 }
 
+/// [`apply`] on a PostgreSQL inbox: chunk by chunk through its queue batcher (PostgreSQL
+/// gives freed space back to itself; its autovacuum reuses it).
+async fn apply_pg(
+    inbox: &super::pg::Inbox,
+    rules: &[Rule],
+    stop: &watch::Receiver<bool>,
+) -> Result<Pruned, super::writer::WriteError> {
+    let mut total = Pruned::default();
+    for rule in rules {
+        loop {
+            if *stop.borrow() {
+                return Ok(total);
+            }
+            let done = inbox.prune(rule.clone()).await?;
+            total.add(done);
+            if done.total() == 0 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+    Ok(total)
+}
+
 /// `serve`'s maintenance: retention every `interval` (the first no later than
-/// [`FIRST_RUN_AFTER`]), and an offer of an idle WAL checkpoint every
-/// [`CHECKPOINT_EVERY`].
+/// [`FIRST_RUN_AFTER`]), and on SQLite an offer of an idle WAL checkpoint every
+/// [`CHECKPOINT_EVERY`]. With several replicas on PostgreSQL each runs it; their chunks
+/// skip the rows another holds.
 pub async fn run_periodically(
-    writer: Writer,
+    store: super::Store,
     settings: Settings,
     interval: Duration,
     mut stop: watch::Receiver<bool>,
@@ -333,8 +358,13 @@ pub async fn run_periodically(
     loop {
         tokio::select! {
             _ = stop.changed() => return,
-            _ = checkpoint.tick() => writer.checkpoint_if_idle().await,
-            _ = prune.tick() => match apply(&writer, &settings.rules(), &stop).await {
+            _ = checkpoint.tick() => if let Some((writer, _)) = store.sqlite() {
+                writer.checkpoint_if_idle().await;
+            },
+            _ = prune.tick() => match match &store {
+                super::Store::Sqlite { writer, .. } => apply(writer, &settings.rules(), &stop).await,
+                super::Store::Postgres(inbox) => apply_pg(inbox, &settings.rules(), &stop).await,
+            } {
                 Ok(p) if p.total() > 0 || p.released_pages > 0 => tracing::info!(
                     payloads = p.payloads, events = p.events, conflicts = p.conflicts,
                     attempts = p.attempts, order_keys = p.order_keys, recovery = p.recovery,

@@ -788,3 +788,93 @@ url = "{0}"
     assert!(retried.is_subset(&file_keys));
     server.stop().await;
 }
+
+/// Retention on PostgreSQL, as on SQLite: past keep_payload a finished event loses its
+/// payload and keeps its identity (a redelivery is still a duplicate); past keep_identity
+/// the identity goes too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn retention_prunes_payloads_then_identities_on_postgres() {
+    let Some(url) = database("pg_store::retention_prunes").await else {
+        return;
+    };
+    let sources = r#"
+[[sources]]
+name = "sw"
+scheme = "standard-webhooks"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+keep_payload = "1d"
+keep_identity = "7d"
+"#;
+    let store = format!("{}\nretention_interval = \"1s\"", pg_store(&url));
+    let server = TestServer::start_store(&store, sources).await;
+    let db = pg_connect(&url).await;
+    let mut requests = BTreeMap::new();
+    for id in ["msg_keep", "msg_old", "msg_ancient"] {
+        let req = server.sign("sw", id, &event_body(id, "retained"));
+        assert_eq!(server.post("sw", &req).await.0, 200);
+        requests.insert(id, req);
+    }
+    let ago = |days: u64| {
+        hookinbox::clock::iso(std::time::SystemTime::now() - Duration::from_secs(days * 86_400))
+    };
+    for (id, days) in [("msg_old", 2), ("msg_ancient", 8)] {
+        db.execute(
+            "UPDATE events SET received_at = $2 WHERE event_id = $1",
+            &[&id, &ago(days)],
+        )
+        .await
+        .unwrap();
+    }
+    wait_count(
+        &db,
+        "SELECT count(*) FROM events WHERE event_id = 'msg_ancient'",
+        0,
+        Duration::from_secs(20),
+    )
+    .await;
+    wait_count(
+        &db,
+        "SELECT count(*) FROM event_payloads WHERE event_id = 'msg_old'",
+        0,
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(*) FROM events WHERE event_id = 'msg_old' AND pruned_at IS NOT NULL"
+        )
+        .await,
+        1
+    );
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(*) FROM event_payloads WHERE event_id = 'msg_keep'"
+        )
+        .await,
+        1
+    );
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(*) FROM recent_events WHERE event_id = 'msg_old' AND pruned = 1"
+        )
+        .await,
+        1
+    );
+    // The identity kept: a redelivery is a duplicate, nothing stored again.
+    assert_eq!(
+        server.post("sw", &requests["msg_old"]).await,
+        (200, "accepted\n".into())
+    );
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(*) FROM event_payloads WHERE event_id = 'msg_old'"
+        )
+        .await,
+        0
+    );
+    server.stop().await;
+}

@@ -216,6 +216,18 @@ impl Inbox {
         .await
     }
 
+    /// One chunk of `rule`'s retention, in the queue batcher's transaction.
+    pub async fn prune(
+        &self,
+        rule: super::retention::Rule,
+    ) -> Result<super::retention::Pruned, WriteError> {
+        let now = std::time::SystemTime::now();
+        batch::submit(&self.queue, true, |reply| {
+            queue::Job::Prune(rule, now, batch::Slot::new(reply))
+        })
+        .await
+    }
+
     /// Waits until the ingest batcher has drained what was queued before; after a failed
     /// commit it also tries a small write, so that health comes back without traffic.
     pub async fn ping(&self) -> Result<(), WriteError> {

@@ -18,6 +18,7 @@ use super::batch::{self, Slot};
 use super::pg_text;
 use crate::store::pause::Paused;
 use crate::store::queue::{ClaimRequest, Claimed, EventData, Finished, Next, Recorded};
+use crate::store::retention::{self, Pruned, Rule};
 use crate::store::writer::WriteError;
 
 pub enum Job {
@@ -25,6 +26,8 @@ pub enum Job {
     Finish(Finished, Slot<Recorded>),
     Sweep(Slot<usize>),
     Retire(Vec<(String, String)>, Slot<usize>),
+    /// One chunk of a source's retention (see [`crate::store::retention`]).
+    Prune(Rule, SystemTime, Slot<Pruned>),
 }
 
 pub struct Batch;
@@ -61,6 +64,7 @@ impl batch::Kind for Batch {
                     Job::Finish(f, slot) => slot.set(finish(tx, f, now).await?),
                     Job::Sweep(slot) => slot.set(sweep(tx, now).await?),
                     Job::Retire(pairs, slot) => slot.set(retire(tx, pairs, now).await?),
+                    Job::Prune(rule, at, slot) => slot.set(prune(tx, rule, *at).await?),
                 }
             }
             Ok(())
@@ -73,6 +77,7 @@ impl batch::Kind for Batch {
             Job::Finish(_, slot) => slot.answer(batch_error),
             Job::Sweep(slot) => slot.answer(batch_error),
             Job::Retire(_, slot) => slot.answer(batch_error),
+            Job::Prune(_, _, slot) => slot.answer(batch_error),
         }
     }
 }
@@ -353,5 +358,83 @@ pub async fn gauges(client: &Client) -> Result<crate::store::Gauges, tokio_postg
             })
             .collect(),
         pages: None,
+    })
+}
+
+/// One chunk of retention for `rule`, as on SQLite (the same windows and the same rules of
+/// what may go), at most [`retention::CHUNK`] rows of each kind. Rows another replica holds
+/// (pruning too, or delivering) are skipped this time.
+async fn prune(
+    tx: &Transaction<'_>,
+    rule: &Rule,
+    now: SystemTime,
+) -> Result<Pruned, tokio_postgres::Error> {
+    let cutoff = |keep| crate::clock::iso(now.checked_sub(keep).unwrap_or(SystemTime::UNIX_EPOCH));
+    let (payload_cut, identity_cut) = (cutoff(rule.keep_payload), cutoff(rule.keep_identity));
+    let stamp = crate::clock::iso(now);
+    let chunk = retention::CHUNK;
+    let (finished, payload_done) = (retention::FINISHED, retention::PAYLOAD_DONE);
+    let payloads = tx
+        .execute(
+            &format!(
+                "WITH due AS (
+                     SELECT e.id FROM events e
+                      WHERE e.source = $1 AND e.received_at < $2 AND e.pruned_at IS NULL
+                        AND {payload_done}
+                      LIMIT $3 FOR UPDATE SKIP LOCKED
+                 ), gone AS (
+                     DELETE FROM payloads WHERE event IN (SELECT id FROM due)
+                 )
+                 UPDATE events SET pruned_at = $4 WHERE id IN (SELECT id FROM due)"
+            ),
+            &[&rule.source, &payload_cut, &chunk, &stamp],
+        )
+        .await?;
+    let events = tx
+        .execute(
+            &format!(
+                "DELETE FROM events WHERE id IN (
+                     SELECT e.id FROM events e
+                      WHERE e.source = $1 AND e.received_at < $2 AND {finished}
+                      LIMIT $3 FOR UPDATE SKIP LOCKED)"
+            ),
+            &[&rule.source, &identity_cut, &chunk],
+        )
+        .await?;
+    let conflicts = tx
+        .execute(
+            "DELETE FROM conflicts WHERE id IN (
+                 SELECT id FROM conflicts WHERE source = $1 AND last_seen_at < $2
+                  LIMIT $3 FOR UPDATE SKIP LOCKED)",
+            &[&rule.source, &payload_cut, &chunk],
+        )
+        .await?;
+    let attempts = tx
+        .execute(
+            "DELETE FROM attempts WHERE id IN (
+                 SELECT a.id FROM attempts a JOIN deliveries d ON d.id = a.delivery
+                  WHERE d.source = $1 AND a.started_at < $2
+                    AND d.state NOT IN ('pending', 'in_flight')
+                  LIMIT $3 FOR UPDATE OF a SKIP LOCKED)",
+            &[&rule.source, &payload_cut, &chunk],
+        )
+        .await?;
+    let order_keys = tx
+        .execute(
+            "DELETE FROM order_keys WHERE (source, target, order_key) IN (
+                 SELECT source, target, order_key FROM order_keys
+                  WHERE source = $1 AND updated_at < $2
+                  LIMIT $3 FOR UPDATE SKIP LOCKED)",
+            &[&rule.source, &identity_cut, &chunk],
+        )
+        .await?;
+    let n = |x: u64| i64::try_from(x).unwrap_or(i64::MAX);
+    Ok(Pruned {
+        payloads: n(payloads),
+        events: n(events),
+        conflicts: n(conflicts),
+        attempts: n(attempts),
+        order_keys: n(order_keys),
+        ..Pruned::default()
     })
 }
