@@ -878,3 +878,118 @@ keep_identity = "7d"
     );
     server.stop().await;
 }
+
+/// The ```sql block of the README that follows `marker`, split into its statements.
+fn readme_sql(marker: &str) -> Vec<String> {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let (_, after) = readme
+        .split_once(marker)
+        .unwrap_or_else(|| panic!("README: {marker}"));
+    let (_, block) = after.split_once("```sql\n").unwrap();
+    let (block, _) = block.split_once("```").unwrap();
+    block
+        .split(';')
+        .map(|s| {
+            s.lines()
+                .filter(|l| !l.trim_start().starts_with("--"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .filter(|s| !s.trim().is_empty())
+        .collect()
+}
+
+/// psql answers the README's questions with the README's queries, and the README's SQL for
+/// pausing, resuming and replaying on PostgreSQL does what the commands do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_readmes_queries_and_steering_sql_work_on_postgres() {
+    let Some(url) = database("pg_store::the_readmes_queries").await else {
+        return;
+    };
+    // The app says 410 (gone) at first: the delivery is dead at once.
+    let gone = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let g = gone.clone();
+    let sink = Sink::start(move |_, _| {
+        Reply::Status(if g.load(std::sync::atomic::Ordering::Relaxed) {
+            410
+        } else {
+            200
+        })
+    })
+    .await;
+    let sources = format!(
+        r#"
+[[sources]]
+name = "stripe"
+scheme = "standard-webhooks"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+[[sources.targets]]
+name = "app"
+url = "{}"
+"#,
+        sink.url()
+    );
+    let server = TestServer::start_store(&pg_store(&url), &sources).await;
+    let db = pg_connect(&url).await;
+    let body = event_body("evt_readme", "asked about");
+    assert_eq!(
+        server
+            .post("stripe", &server.sign("stripe", "evt_readme", &body))
+            .await
+            .0,
+        200
+    );
+    wait_count(
+        &db,
+        "SELECT count(*) FROM dead_deliveries",
+        1,
+        Duration::from_secs(10),
+    )
+    .await;
+
+    let questions = readme_sql("## Look inside the inbox");
+    assert!(questions.len() >= 8, "{questions:?}");
+    for q in &questions {
+        let q = q
+            .replace("'demo'", "'stripe'")
+            .replace("'test_...'", "'evt_readme'");
+        db.simple_query(&q)
+            .await
+            .unwrap_or_else(|e| panic!("the README's query fails on PostgreSQL: {q}\n{e}"));
+    }
+    let recent: String = db
+        .query_one(
+            "SELECT status FROM recent_events WHERE event_id = 'evt_readme'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(recent, "dead");
+
+    let steering = readme_sql("Until the operator commands read PostgreSQL");
+    assert_eq!(steering.len(), 3, "{steering:?}");
+    db.batch_execute(&steering[0]).await.unwrap();
+    assert_eq!(count(&db, "SELECT count(*) FROM paused_targets").await, 1);
+    db.batch_execute(&steering[1]).await.unwrap();
+    assert_eq!(count(&db, "SELECT count(*) FROM paused_targets").await, 0);
+    gone.store(false, std::sync::atomic::Ordering::Relaxed);
+    db.batch_execute(&steering[2]).await.unwrap();
+    wait_count(
+        &db,
+        "SELECT count(*) FROM deliveries WHERE state = 'delivered'",
+        1,
+        Duration::from_secs(10),
+    )
+    .await;
+    let received = sink.received();
+    assert_eq!(received.len(), 2);
+    assert_eq!(
+        received[0].key(),
+        received[1].key(),
+        "the replay kept its key"
+    );
+    assert_eq!(received[1].header("x-hookinbox-attempt"), "2");
+    server.stop().await;
+}
