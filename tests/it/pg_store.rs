@@ -993,3 +993,77 @@ url = "{}"
     assert_eq!(received[1].header("x-hookinbox-attempt"), "2");
     server.stop().await;
 }
+
+/// Two replicas over one database deliver an ordered source's keys one at a time, in
+/// version order, whichever replica received each event and whichever claims it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn order_keys_go_one_at_a_time_in_version_order_across_two_replicas() {
+    let Some(url) = database("pg_store::order_keys_go_one_at_a_time").await else {
+        return;
+    };
+    const HOLD: Duration = Duration::from_millis(30);
+    let sink = Sink::start(|_, _| Reply::Hang(HOLD)).await;
+    let sources = format!(
+        r#"
+[[sources]]
+name = "sw"
+scheme = "standard-webhooks"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+order = {{ key = "/data/n", version = "/v" }}
+[[sources.targets]]
+name = "app"
+url = "{}"
+concurrency = 8
+"#,
+        sink.url()
+    );
+    let a = TestServer::start_store(&pg_store(&url), &sources).await;
+    let b = TestServer::start_store(&pg_store(&url), &sources).await;
+    let db = pg_connect(&url).await;
+    let keys = ["k0", "k1", "k2"];
+    for v in 0..30 {
+        let key = keys[v % 3];
+        let id = format!("evt_ord_{v:02}");
+        let body = format!(r#"{{"id":"{id}","v":{v},"data":{{"n":"{key}"}}}}"#);
+        let to = if v % 2 == 0 { &a } else { &b };
+        assert_eq!(
+            to.post("sw", &to.sign("sw", &id, body.as_bytes())).await.0,
+            200
+        );
+    }
+    wait_count(
+        &db,
+        "SELECT count(*) FROM deliveries WHERE state IN ('delivered', 'superseded')",
+        30,
+        Duration::from_secs(30),
+    )
+    .await;
+    let mut per_key: BTreeMap<String, Vec<(Instant, i64)>> = BTreeMap::new();
+    for r in sink.received() {
+        let body: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        per_key
+            .entry(body["data"]["n"].as_str().unwrap().to_owned())
+            .or_default()
+            .push((r.at, body["v"].as_i64().unwrap()));
+    }
+    for (key, mut sent) in per_key {
+        sent.sort();
+        for pair in sent.windows(2) {
+            assert!(
+                pair[1].1 > pair[0].1,
+                "{key}: version {} after {}",
+                pair[1].1,
+                pair[0].1
+            );
+            assert!(
+                pair[1].0 - pair[0].0 >= HOLD,
+                "{key}: version {} began {:?} after {}, while it was still being answered",
+                pair[1].1,
+                pair[1].0 - pair[0].0,
+                pair[0].1
+            );
+        }
+    }
+    a.stop().await;
+    b.stop().await;
+}

@@ -1,12 +1,13 @@
 //! The delivery queue on PostgreSQL: the states and rules of [`crate::store::queue`], for
 //! several replicas at once.
 //!
-//! A claim takes its target's advisory lock for its transaction, without waiting
-//! (`pg_try_advisory_xact_lock`): while another replica claims for the same target, this
-//! one claims nothing this turn and looks again. So the ordering rule (one delivery of a key
-//! in flight, in version order) is judged on committed state by one replica at a time, and
-//! no batch ever waits on another's lock. The rows themselves are taken `FOR UPDATE SKIP
-//! LOCKED`: a row another replica is finishing or sweeping is left for the next turn.
+//! The rows are taken `FOR UPDATE SKIP LOCKED`: each due row goes to one replica, and a row
+//! another replica is claiming, finishing or sweeping is left for the next turn. A target
+//! whose source orders its events also takes the target's advisory lock for the claim's
+//! transaction, without waiting (`pg_try_advisory_xact_lock`): while another replica claims
+//! for it, this one claims nothing this turn and looks again. So the ordering rule (one
+//! delivery of a key in flight, in version order) is judged on committed state by one
+//! replica at a time, and no batch ever waits on another's lock.
 
 use std::collections::HashMap;
 use std::time::SystemTime;
@@ -87,17 +88,19 @@ async fn claim(
     req: &ClaimRequest,
     now: &str,
 ) -> Result<Vec<Claimed>, tokio_postgres::Error> {
-    let locked: bool = tx
-        .query_one(
-            "SELECT pg_try_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0))",
-            &[&req.source, &req.target],
-        )
-        .await?
-        .get(0);
-    if !locked {
-        return Ok(Vec::new());
-    }
+    // Only ordering needs the lock: without it, SKIP LOCKED alone gives each row to one
+    // replica.
     if req.ordered {
+        let locked: bool = tx
+            .query_one(
+                "SELECT pg_try_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0))",
+                &[&req.source, &req.target],
+            )
+            .await?
+            .get(0);
+        if !locked {
+            return Ok(Vec::new());
+        }
         tx.execute(
             "UPDATE deliveries
                 SET state = 'superseded', updated_at = $3,
