@@ -12,8 +12,9 @@
 --   * bodies are the exact raw bytes received (bytea): `convert_from(body, 'UTF8')` shows
 --     one as text;
 --   * 0/1 integers where SQLite has them (attempts.ambiguous), so that queries are the same.
--- Differences: ids are identity columns; an order version is jsonb (a number or a string,
--- compared within its kind, as SQLite compares its dynamically typed column). The tables
+-- Differences: ids are identity columns; an order version, which SQLite keeps in one
+-- dynamically typed column, is two here: a number (numeric) or a text compared byte by
+-- byte (COLLATE "C"), numbers before text, as SQLite orders them. The tables
 -- of what serve does only on SQLite for now (learnt secrets, gaps, recovery) are here too,
 -- so that the same queries run; serve does not write them on PostgreSQL yet.
 
@@ -64,7 +65,8 @@ CREATE TABLE deliveries (
     lease_until     TEXT,
     last_error      TEXT,
     order_key       TEXT,
-    order_version   JSONB,
+    order_version_num  NUMERIC,                -- the version when it is a number
+    order_version_text TEXT COLLATE "C",       -- the version when it is text
     created_at      TEXT    NOT NULL,
     updated_at      TEXT    NOT NULL,
     UNIQUE (event, target)
@@ -95,8 +97,10 @@ CREATE TABLE order_keys (
     source       TEXT  NOT NULL,
     target       TEXT  NOT NULL,
     order_key    TEXT  NOT NULL,
-    last_version JSONB NOT NULL,
+    last_num     NUMERIC,                      -- the last delivered version: a number
+    last_text    TEXT COLLATE "C",             -- or text
     updated_at   TEXT  NOT NULL,
+    CHECK ((last_num IS NULL) <> (last_text IS NULL)),
     PRIMARY KEY (source, target, order_key)
 );
 

@@ -76,7 +76,7 @@ start() { # $1 = config; prints the pid
 }
 
 # The load generator signs with this config's secret; it is never served.
-config "$work/sign.toml" 9 9 "" ""
+config "$work/sign.toml" 9 10 "" ""
 bare=$(free_port)
 "$bin/hookinbox-loadgen" bare --listen "127.0.0.1:$bare" >/dev/null 2>&1 & pids+=($!)
 wait_port "$bare"

@@ -47,8 +47,7 @@ impl Admin {
                 paused,
                 pages,
             }) => {
-                let pairs = self.web.as_ref().map(|w| w.pairs()).unwrap_or_default();
-                for (source, target) in pairs {
+                for (source, target) in self.metrics.configured_targets() {
                     let on = paused
                         .iter()
                         .any(|p| p.source == source && p.target == target);

@@ -600,6 +600,17 @@ impl Metrics {
     }
 
     /// The operator paused deliveries to the target.
+    /// The (source, target) pairs of the configuration last given to [`Metrics::configure`].
+    pub fn configured_targets(&self) -> Vec<(String, String)> {
+        self.configured
+            .lock()
+            .expect("no panics while holding the lock")
+            .targets
+            .iter()
+            .map(|t| (t.source.clone(), t.target.clone()))
+            .collect()
+    }
+
     pub fn set_target_paused(&self, source: &str, target: &str, paused: bool) {
         set_flag(&self.target_paused, &target_labels(source, target), paused);
     }

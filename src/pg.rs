@@ -38,6 +38,8 @@ impl Connector {
         // A dead server behind a live route is found by TCP keepalives, not only by the
         // statement timeout.
         config.keepalives_idle(Duration::from_secs(30));
+        config.keepalives_interval(Duration::from_secs(10));
+        config.keepalives_retries(3);
         let tls = match tls {
             PgTls::Off => {
                 config.ssl_mode(SslMode::Disable);

@@ -47,8 +47,9 @@ enum Kind {
     Int,
     Text,
     Bytes,
-    /// SQLite's dynamically typed order version: PostgreSQL keeps it as jsonb.
-    Json,
+    /// A number of SQLite's dynamically typed order version: numeric in PostgreSQL, carried
+    /// as its text.
+    Num,
 }
 
 /// One table to copy: its columns (SQLite expression, PostgreSQL column, kind), in the
@@ -62,6 +63,11 @@ struct Table {
 }
 
 use Kind::*;
+
+/// SQLite's one version column, split as PostgreSQL keeps it.
+const NUMBER_VERSION: &str =
+    "CASE WHEN typeof(order_version) IN ('integer', 'real') THEN order_version END";
+const TEXT_VERSION: &str = "CASE WHEN typeof(order_version) = 'text' THEN order_version END";
 
 /// Parents before children, so that every reference finds its row.
 const TABLES: &[Table] = &[
@@ -109,7 +115,8 @@ const TABLES: &[Table] = &[
             ("lease_until", "lease_until", Text),
             ("last_error", "last_error", Text),
             ("order_key", "order_key", Text),
-            ("order_version", "order_version", Json),
+            (NUMBER_VERSION, "order_version_num", Num),
+            (TEXT_VERSION, "order_version_text", Text),
             ("created_at", "created_at", Text),
             ("updated_at", "updated_at", Text),
         ],
@@ -139,7 +146,16 @@ const TABLES: &[Table] = &[
             ("source", "source", Text),
             ("target", "target", Text),
             ("order_key", "order_key", Text),
-            ("last_version", "last_version", Json),
+            (
+                "CASE WHEN typeof(last_version) IN ('integer', 'real') THEN last_version END",
+                "last_num",
+                Num,
+            ),
+            (
+                "CASE WHEN typeof(last_version) = 'text' THEN last_version END",
+                "last_text",
+                Text,
+            ),
             ("updated_at", "updated_at", Text),
         ],
         order: "source, target, order_key",
@@ -214,12 +230,6 @@ impl Value {
     }
 }
 
-/// A JSON value's text as serde_json writes it, so that both sides' renderings compare.
-fn normal_json(text: &str) -> String {
-    serde_json::from_str::<serde_json::Value>(text)
-        .map_or_else(|_| text.to_owned(), |v| v.to_string())
-}
-
 /// Reads one SQLite value of a column of `kind`; `cleaned` counts text whose NUL became
 /// U+FFFD (PostgreSQL's text holds no NUL).
 fn from_sqlite(v: ValueRef<'_>, kind: Kind, cleaned: &mut u64) -> anyhow::Result<Value> {
@@ -234,13 +244,8 @@ fn from_sqlite(v: ValueRef<'_>, kind: Kind, cleaned: &mut u64) -> anyhow::Result
     };
     Ok(match (kind, v) {
         (_, ValueRef::Null) => Value::Null,
-        (Json, ValueRef::Integer(i)) => Value::Text(i.to_string()),
-        (Json, ValueRef::Real(f)) => Value::Text(
-            serde_json::Number::from_f64(f).map_or_else(|| format!("\"{f}\""), |n| n.to_string()),
-        ),
-        (Json, ValueRef::Text(t)) => {
-            Value::Text(serde_json::Value::String(text(t, cleaned)).to_string())
-        }
+        (Num, ValueRef::Integer(i)) => Value::Text(i.to_string()),
+        (Num, ValueRef::Real(f)) => Value::Text(crate::store::pg::numeric_text(f)),
         (Int, ValueRef::Integer(i)) => Value::Int(i),
         (Text, ValueRef::Text(t)) => Value::Text(text(t, cleaned)),
         (Bytes, ValueRef::Blob(b) | ValueRef::Text(b)) => Value::Bytes(b.to_vec()),
@@ -439,10 +444,6 @@ async fn copy_table(
         for (i, (_, _, kind)) in t.columns.iter().enumerate() {
             let v = from_sqlite(row.get_ref(i)?, *kind, cleaned)
                 .with_context(|| format!("{}.{}", t.name, t.columns[i].1))?;
-            let v = match (kind, v) {
-                (Json, Value::Text(j)) => Value::Text(normal_json(&j)),
-                (_, v) => v,
-            };
             bytes += v.len();
             v.digest(&mut d);
             values.push(v);
@@ -468,7 +469,7 @@ fn insert_statement(t: &Table) -> String {
         .map(|(i, (_, _, kind))| {
             let ty = match kind {
                 Int => "bigint",
-                Text | Json => "text",
+                Text | Num => "text",
                 Bytes => "bytea",
             };
             format!("${}::{ty}[]", i + 1)
@@ -479,7 +480,7 @@ fn insert_statement(t: &Table) -> String {
         .iter()
         .enumerate()
         .map(|(i, (_, _, kind))| match kind {
-            Json => format!("c{i}::jsonb"),
+            Num => format!("c{i}::numeric"),
             _ => format!("c{i}"),
         })
         .collect();
@@ -515,7 +516,7 @@ async fn insert_chunk(
                     })
                     .collect::<Vec<Option<i64>>>(),
             ),
-            Text | Json => Box::new(
+            Text | Num => Box::new(
                 chunk
                     .iter_mut()
                     .map(|r| match std::mem::replace(&mut r[i], Value::Null) {
@@ -555,15 +556,24 @@ async fn read_back(tx: &tokio_postgres::Transaction<'_>, t: &Table) -> anyhow::R
         .iter()
         .map(|(_, name, kind)| match kind {
             Int => format!("{name}::bigint"),
-            Json => format!("{name}::text"),
+            Num => format!("{name}::text"),
             _ => (*name).to_owned(),
+        })
+        .collect();
+    // In the file's order: SQLite compares text byte by byte, which is collation "C".
+    let order: Vec<String> = t
+        .order
+        .split(", ")
+        .map(|column| match t.columns.iter().find(|c| c.1 == column) {
+            Some((_, _, Text)) => format!("{column} COLLATE \"C\""),
+            _ => column.to_owned(),
         })
         .collect();
     let portal_sql = format!(
         "SELECT {} FROM {} ORDER BY {}",
         select.join(", "),
         t.name,
-        t.order
+        order.join(", ")
     );
     let statement = tx.prepare(&portal_sql).await?;
     let portal = tx.bind(&statement, &[]).await?;
@@ -577,12 +587,9 @@ async fn read_back(tx: &tokio_postgres::Transaction<'_>, t: &Table) -> anyhow::R
             for (i, (_, _, kind)) in t.columns.iter().enumerate() {
                 let v = match kind {
                     Int => row.get::<_, Option<i64>>(i).map_or(Value::Null, Value::Int),
-                    Text => row
+                    Text | Num => row
                         .get::<_, Option<String>>(i)
                         .map_or(Value::Null, Value::Text),
-                    Json => row
-                        .get::<_, Option<String>>(i)
-                        .map_or(Value::Null, |j| Value::Text(normal_json(&j))),
                     Bytes => row
                         .get::<_, Option<Vec<u8>>>(i)
                         .map_or(Value::Null, Value::Bytes),

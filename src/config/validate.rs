@@ -441,7 +441,8 @@ fn not_yet_on_postgres(sources: &[Source], alerts: &[Target]) -> Result<(), Stri
     if let Some(t) = alerts.first() {
         return Err(format!(
             "alerts ({:?}): alert notifications need the SQLite inbox for now; with \
-             backend = \"postgres\", alert on the Prometheus rules (docs/monitoring.md)",
+             backend = \"postgres\", alert with Prometheus on hookinbox's counters \
+             (README, \"Alerts\")",
             t.name
         ));
     }

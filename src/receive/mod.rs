@@ -503,6 +503,9 @@ pub fn new_event(
 
 /// The order key and version of a body, when both are at their pointers. A key is text
 /// (a number keeps its exact text); a version is a number or text, compared as SQLite does.
+/// The longest order key stored as it is (see [`order_key`]).
+const MAX_ORDER_KEY_LEN: usize = 256;
+
 fn order_key(order: &Order, body: &[u8]) -> Option<(String, rusqlite::types::Value)> {
     use crate::scheme::json::{self, Field};
     use rusqlite::types::Value;
@@ -510,6 +513,17 @@ fn order_key(order: &Order, body: &[u8]) -> Option<(String, rusqlite::types::Val
         Field::Text(s) => s,
         Field::Number(n) => n.to_owned(),
         Field::Other => return None,
+    };
+    // A key is indexed: one far longer than an id stands for itself by its hash, as
+    // PostgreSQL's index entries cannot hold more than about 2.7 KB (equal keys still
+    // have equal hashes, so the order is the same).
+    let key = if key.len() > MAX_ORDER_KEY_LEN {
+        format!(
+            "sha256:{}",
+            hex::encode(ring::digest::digest(&ring::digest::SHA256, key.as_bytes()))
+        )
+    } else {
+        key
     };
     // A string of digits is a number ("10" after "9"), as providers often send int64
     // versions as strings; other text (ISO times) compares as text.
@@ -539,4 +553,29 @@ fn headers_json(headers: &HeaderMap, secret_headers: &[HeaderName]) -> String {
         .map(|(name, value)| (name.as_str(), String::from_utf8_lossy(value.as_bytes())))
         .collect();
     serde_json::to_string(&pairs).expect("strings always serialise")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_order_key_longer_than_an_id_is_kept_by_its_hash() {
+        let order = Order {
+            key: "/k".into(),
+            version: "/v".into(),
+        };
+        let short = br#"{"k":"cus_1","v":"7"}"#;
+        assert_eq!(
+            order_key(&order, short),
+            Some(("cus_1".into(), rusqlite::types::Value::Integer(7)))
+        );
+        let long = format!(r#"{{"k":"{}","v":1}}"#, "x".repeat(5000));
+        let other = format!(r#"{{"k":"{}y","v":2}}"#, "x".repeat(5000));
+        let (a, _) = order_key(&order, long.as_bytes()).unwrap();
+        let (b, _) = order_key(&order, other.as_bytes()).unwrap();
+        assert!(a.starts_with("sha256:") && a.len() == 7 + 64, "{a}");
+        assert_ne!(a, b);
+        assert_eq!(a, order_key(&order, long.as_bytes()).unwrap().0);
+    }
 }

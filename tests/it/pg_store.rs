@@ -296,7 +296,9 @@ fn three_replicas_share_one_inbox_through_sigkills() {
             .map(|p| format!("http://{}", p.public))
             .collect();
         let victim = rng.below(3) as usize;
-        let kill_after = Duration::from_millis(rng.below(400));
+        // Killed once a random share of this round's answers came: requests, commits and
+        // attempts are in flight.
+        let kill_at = 10 + rng.below(per_round as u64 / 2) as usize;
         let plan: Vec<(String, Vec<usize>)> = (0..per_round)
             .map(|n| {
                 let id = format!("msg_r{round}_{n:03}");
@@ -339,7 +341,12 @@ fn three_replicas_share_one_inbox_through_sigkills() {
                     });
                 }
             }
-            tokio::time::sleep(kill_after).await;
+            let waiting = Instant::now();
+            while answered.load(std::sync::atomic::Ordering::Relaxed) < kill_at
+                && waiting.elapsed() < Duration::from_secs(10)
+            {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
             sends.len()
         });
         procs.remove(victim).sigkill();
@@ -531,6 +538,25 @@ async fn postgres_stopped_under_load_answers_503_and_ingest_resumes() {
             "/readyz after the outage"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Idle, PostgreSQL goes away: /readyz finds out by itself (a probe write), and back.
+    tokio::task::block_in_place(|| stop_own_postgres(CLUSTER));
+    let start = Instant::now();
+    while ready().await != 503 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "/readyz while idle and down"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(own_postgres(CLUSTER, test).is_some());
+    let start = Instant::now();
+    while ready().await != 200 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "/readyz once it is back"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let statuses: BTreeSet<u16> = answers.lock().unwrap().iter().map(|a| a.0).collect();
     assert!(
@@ -888,14 +914,14 @@ fn readme_sql(marker: &str) -> Vec<String> {
         .unwrap_or_else(|| panic!("README: {marker}"));
     let (_, block) = after.split_once("```sql\n").unwrap();
     let (block, _) = block.split_once("```").unwrap();
-    block
+    // Comments first: one may hold a semicolon.
+    let code: Vec<&str> = block
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .collect();
+    code.join("\n")
         .split(';')
-        .map(|s| {
-            s.lines()
-                .filter(|l| !l.trim_start().starts_with("--"))
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
+        .map(str::to_owned)
         .filter(|s| !s.trim().is_empty())
         .collect()
 }
@@ -969,7 +995,7 @@ url = "{}"
     assert_eq!(recent, "dead");
 
     let steering = readme_sql("Until the operator commands read PostgreSQL");
-    assert_eq!(steering.len(), 3, "{steering:?}");
+    assert_eq!(steering.len(), 4, "{steering:?}");
     db.batch_execute(&steering[0]).await.unwrap();
     assert_eq!(count(&db, "SELECT count(*) FROM paused_targets").await, 1);
     db.batch_execute(&steering[1]).await.unwrap();
@@ -983,6 +1009,16 @@ url = "{}"
         Duration::from_secs(10),
     )
     .await;
+    // Retiring a removed target touches that target's waiting deliveries only.
+    db.batch_execute(&steering[3]).await.unwrap();
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(*) FROM deliveries WHERE state = 'delivered'"
+        )
+        .await,
+        1
+    );
     let received = sink.received();
     assert_eq!(received.len(), 2);
     assert_eq!(
@@ -1031,10 +1067,21 @@ concurrency = 8
             200
         );
     }
+    // A key far longer than an index entry may hold is kept by its hash, stored and sent.
+    let long = format!(
+        r#"{{"id":"evt_ord_long","v":1,"data":{{"n":"{}"}}}}"#,
+        "k".repeat(5000)
+    );
+    assert_eq!(
+        a.post("sw", &a.sign("sw", "evt_ord_long", long.as_bytes()))
+            .await
+            .0,
+        200
+    );
     wait_count(
         &db,
         "SELECT count(*) FROM deliveries WHERE state IN ('delivered', 'superseded')",
-        30,
+        31,
         Duration::from_secs(30),
     )
     .await;

@@ -2,10 +2,13 @@
 //! job waiting (up to [`MAX_BATCH`]) and runs them in one transaction. As with the SQLite
 //! writer, nothing waits for a batch to fill: while one commits, the next piles up.
 //!
-//! A batch fails whole: PostgreSQL aborts a transaction at its first error, and the jobs are
-//! written so that none errs in the normal course (conflicts are `ON CONFLICT`, text is
-//! cleaned of NUL). Everyone in a failed batch hears `CommitFailed`: a request answers 503
-//! and the provider retries; an attempt's result is lost and its lease brings it back.
+//! PostgreSQL aborts a transaction at its first error, so the jobs are written not to err in
+//! the normal course (conflicts are `ON CONFLICT`, text is cleaned of NUL). When a batch
+//! fails anyway with the database's own error (a value it refuses, a deadlock with another
+//! replica), each of its jobs runs again alone, so that one job's error fails that job
+//! only. When the connection is lost or the batch times out, everyone in it hears
+//! `CommitFailed` at once: a request answers 503 and the provider retries; an attempt's
+//! result is lost and its lease brings it back.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -53,6 +56,34 @@ impl<T> Slot<T> {
     }
 }
 
+/// Why a batch's transaction failed.
+#[derive(Debug)]
+pub enum BatchError {
+    Pg(tokio_postgres::Error),
+    /// A job found the inbox in a state it cannot go on from in this transaction.
+    Job(String),
+}
+
+impl From<tokio_postgres::Error> for BatchError {
+    fn from(e: tokio_postgres::Error) -> BatchError {
+        BatchError::Pg(e)
+    }
+}
+
+impl BatchError {
+    /// The connection is no use any more: the batch is not tried again job by job.
+    fn connection_lost(&self) -> bool {
+        matches!(self, BatchError::Pg(e) if connection_lost(e))
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            BatchError::Pg(e) => describe(e),
+            BatchError::Job(why) => why.clone(),
+        }
+    }
+}
+
 /// One kind of batched work.
 pub trait Kind: Send + 'static {
     type Job: Send + 'static;
@@ -62,11 +93,17 @@ pub trait Kind: Send + 'static {
         tx: &'a Transaction<'a>,
         jobs: &'a mut [Self::Job],
         now: &'a str,
-    ) -> BoxFuture<'a, Result<(), tokio_postgres::Error>>;
+    ) -> BoxFuture<'a, Result<(), BatchError>>;
     fn answer(&self, job: Self::Job, batch_error: Option<WriteError>);
     /// A batch of `jobs` committed in `seconds`.
     fn committed(&self, _jobs: usize, _seconds: f64) {}
+    /// A batch, or a job of it run alone, failed.
+    fn failed(&self) {}
 }
+
+/// How long without a commit before a ping writes the probe row, so that `/readyz` finds
+/// out that the database went away even while no request comes.
+const PROBE_WHEN_IDLE: Duration = Duration::from_secs(5);
 
 /// The longest a batch may take, connecting included. Past it the connection is dropped
 /// (PostgreSQL then rolls the transaction back, unless its COMMIT had already arrived) and
@@ -110,6 +147,7 @@ pub async fn run<K: Kind>(
     health: Option<Arc<Health>>,
 ) {
     let mut ops = Vec::with_capacity(MAX_BATCH);
+    let mut last_commit = Instant::now();
     while rx.recv_many(&mut ops, MAX_BATCH).await > 0 {
         let mut jobs = Vec::with_capacity(ops.len());
         let mut pings = Vec::new();
@@ -123,60 +161,103 @@ pub async fn run<K: Kind>(
             .as_ref()
             .is_some_and(|h| !h.last_commit_ok.load(Ordering::Relaxed));
         if jobs.is_empty() {
-            if unhealthy {
-                probe(name, &connector, &mut client, health.as_deref()).await;
+            if health.is_some()
+                && (unhealthy || last_commit.elapsed() >= PROBE_WHEN_IDLE)
+                && probe(name, &connector, &mut client, health.as_deref()).await
+            {
+                last_commit = Instant::now();
             }
         } else {
             let started = Instant::now();
             let now = crate::clock::iso_now();
-            let outcome = tokio::time::timeout(
-                BATCH_TIMEOUT,
-                commit(&connector, &mut client, &kind, &mut jobs, &now),
-            )
-            .await;
-            let batch_error = match outcome {
-                Ok(Ok(())) => {
-                    kind.committed(jobs.len(), started.elapsed().as_secs_f64());
-                    if let Some(h) = &health {
-                        if unhealthy {
-                            tracing::info!(
-                                batcher = name,
-                                "the PostgreSQL inbox takes writes again"
-                            );
-                        }
-                        h.last_commit_ok.store(true, Ordering::Relaxed);
-                    }
-                    None
+            let errors =
+                commit_or_one_by_one(name, &connector, &mut client, &kind, &mut jobs, &now).await;
+            let failed = errors.iter().filter(|e| e.is_some()).count();
+            if failed < jobs.len() {
+                kind.committed(jobs.len() - failed, started.elapsed().as_secs_f64());
+                last_commit = Instant::now();
+            }
+            if failed > 0 {
+                kind.failed();
+            }
+            if let Some(h) = &health {
+                // Healthy while anything commits: one job the database refuses is that
+                // job's problem, not the inbox's.
+                let ok = failed < jobs.len();
+                if ok && unhealthy {
+                    tracing::info!(batcher = name, "the PostgreSQL inbox takes writes again");
                 }
-                Ok(Err(e)) => {
-                    if connection_lost(&e) {
-                        client = None;
-                    }
-                    Some(describe(&e))
-                }
-                Err(_) => {
-                    client = None;
-                    Some(format!(
-                        "no answer from PostgreSQL within {BATCH_TIMEOUT:?}"
-                    ))
-                }
-            };
-            let batch_error = batch_error.map(|why| {
-                if let Some(h) = &health {
-                    h.last_commit_ok.store(false, Ordering::Relaxed);
-                }
-                tracing::error!(batcher = name, jobs = jobs.len(), error = %why,
-                    "PostgreSQL transaction failed; everything in it is refused (requests get 503)");
-                WriteError::CommitFailed(why)
-            });
-            for job in jobs {
-                kind.answer(job, batch_error.clone());
+                h.last_commit_ok.store(ok, Ordering::Relaxed);
+            }
+            for (job, error) in jobs.into_iter().zip(errors) {
+                kind.answer(job, error);
             }
         }
         for ping in pings {
             let _ = ping.send(());
         }
     }
+}
+
+/// Runs the batch in one transaction; when the database refuses it (not a lost connection,
+/// not a timeout), runs each job alone. Returns each job's error, if any.
+async fn commit_or_one_by_one<K: Kind>(
+    name: &str,
+    connector: &Connector,
+    client: &mut Option<Client>,
+    kind: &K,
+    jobs: &mut [K::Job],
+    now: &str,
+) -> Vec<Option<WriteError>> {
+    let n = jobs.len();
+    let all = |why: String| vec![Some(WriteError::CommitFailed(why)); n];
+    let error =
+        match tokio::time::timeout(BATCH_TIMEOUT, commit(connector, client, kind, jobs, now)).await
+        {
+            Ok(Ok(())) => return vec![None; jobs.len()],
+            Ok(Err(e)) => e,
+            Err(_) => {
+                *client = None;
+                let why = format!("no answer from PostgreSQL within {BATCH_TIMEOUT:?}");
+                tracing::error!(batcher = name, jobs = jobs.len(), error = %why,
+                "PostgreSQL transaction failed; everything in it is refused (requests get 503)");
+                return all(why);
+            }
+        };
+    if error.connection_lost() || jobs.len() == 1 {
+        if error.connection_lost() {
+            *client = None;
+        }
+        tracing::error!(batcher = name, jobs = jobs.len(), error = %error.describe(),
+            "PostgreSQL transaction failed; everything in it is refused (requests get 503)");
+        return all(error.describe());
+    }
+    tracing::warn!(batcher = name, jobs = jobs.len(), error = %error.describe(),
+        "PostgreSQL refused a batch; running its jobs one by one");
+    let mut errors = Vec::with_capacity(jobs.len());
+    for job in jobs.iter_mut() {
+        let alone = std::slice::from_mut(job);
+        let result =
+            tokio::time::timeout(BATCH_TIMEOUT, commit(connector, client, kind, alone, now)).await;
+        errors.push(match result {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => {
+                if e.connection_lost() {
+                    *client = None;
+                }
+                tracing::error!(batcher = name, error = %e.describe(),
+                    "PostgreSQL refused one job; it is refused (a request gets 503)");
+                Some(WriteError::CommitFailed(e.describe()))
+            }
+            Err(_) => {
+                *client = None;
+                Some(WriteError::CommitFailed(format!(
+                    "no answer from PostgreSQL within {BATCH_TIMEOUT:?}"
+                )))
+            }
+        });
+    }
+    errors
 }
 
 async fn connection<'c>(
@@ -198,21 +279,23 @@ async fn commit<K: Kind>(
     kind: &K,
     jobs: &mut [K::Job],
     now: &str,
-) -> Result<(), tokio_postgres::Error> {
+) -> Result<(), BatchError> {
     let conn = connection(connector, client).await?;
     let tx = conn.transaction().await?;
     kind.run(&tx, jobs, now).await?;
-    tx.commit().await
+    Ok(tx.commit().await?)
 }
 
-/// A small committed write after a failure: whether the database takes writes again shows
-/// only when something is written.
+/// A small committed write after a failure, or after a while without commits: whether the
+/// database takes writes (again) shows only when something is written. Returns whether it
+/// committed.
 async fn probe(
     name: &str,
     connector: &Connector,
     client: &mut Option<Client>,
     health: Option<&Health>,
-) {
+) -> bool {
+    let was_ok = health.is_some_and(|h| h.last_commit_ok.load(Ordering::Relaxed));
     let write = async {
         let conn = connection(connector, client).await?;
         conn.execute(
@@ -222,19 +305,33 @@ async fn probe(
         )
         .await
     };
-    match tokio::time::timeout(BATCH_TIMEOUT, write).await {
-        Ok(Ok(_)) => {
-            if let Some(h) = health {
-                h.last_commit_ok.store(true, Ordering::Relaxed);
-            }
+    let result = tokio::time::timeout(PROBE_TIMEOUT, write).await;
+    let ok = matches!(result, Ok(Ok(_)));
+    match result {
+        Ok(Ok(_)) if !was_ok => {
             tracing::info!(batcher = name, "the PostgreSQL inbox takes writes again");
         }
+        Ok(Ok(_)) => {}
         Ok(Err(e)) => {
-            tracing::debug!(error = %describe(&e), "the PostgreSQL inbox still takes no writes");
+            tracing::warn!(batcher = name, error = %describe(&e), "the PostgreSQL inbox takes no writes");
             if connection_lost(&e) {
                 *client = None;
             }
         }
-        Err(_) => *client = None,
+        Err(_) => {
+            tracing::warn!(
+                batcher = name,
+                "the PostgreSQL inbox did not answer a probe write"
+            );
+            *client = None;
+        }
     }
+    if let Some(h) = health {
+        h.last_commit_ok.store(ok, Ordering::Relaxed);
+    }
+    ok
 }
+
+/// Within `/readyz`'s own wait (2 s), so that a dead server reads as not ready rather than
+/// as a ping that never came back.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(1500);

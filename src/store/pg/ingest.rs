@@ -13,7 +13,7 @@ use futures_util::future::{BoxFuture, try_join_all};
 use tokio_postgres::Transaction;
 use tokio_postgres::types::ToSql;
 
-use super::batch::{self, Slot};
+use super::batch::{self, BatchError, Slot};
 use super::pg_text;
 use crate::metrics::Metrics;
 use crate::store::ingest::{NewEvent, Origin, Stored};
@@ -51,10 +51,11 @@ WITH e AS (
 ), p AS (
     INSERT INTO payloads (event, body, headers) SELECT id, $11, $12 FROM e
 ), d AS (
-    INSERT INTO deliveries (event, source, target, idempotency_key, order_key, order_version,
-                            next_attempt_at, created_at, updated_at)
-    SELECT e.id, $1, t.target, t.key, $13, $14::text::jsonb, $8, $8, $8
-      FROM e, unnest($15::text[], $16::text[]) AS t (target, key)
+    INSERT INTO deliveries (event, source, target, idempotency_key, order_key,
+                            order_version_num, order_version_text, next_attempt_at,
+                            created_at, updated_at)
+    SELECT e.id, $1, t.target, t.key, $13, $14::text::numeric, $15, $8, $8, $8
+      FROM e, unnest($16::text[], $17::text[]) AS t (target, key)
 )
 SELECT id FROM e";
 
@@ -72,17 +73,26 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10)
 ON CONFLICT (source, account, event_id, sha256)
 DO UPDATE SET seen = conflicts.seen + 1, last_seen_at = excluded.last_seen_at";
 
-/// An order version as jsonb text: numbers stay numbers and text stays text, so that they
-/// compare within their kind.
-fn version_json(v: &rusqlite::types::Value) -> Option<String> {
+/// An order version as PostgreSQL keeps it: (a number, as numeric's text) or (a text).
+pub(super) fn version(v: &rusqlite::types::Value) -> (Option<String>, Option<String>) {
     use rusqlite::types::Value;
     match v {
-        Value::Integer(i) => Some(i.to_string()),
-        Value::Real(f) => serde_json::Number::from_f64(*f)
-            .map(|n| n.to_string())
-            .or_else(|| Some(serde_json::Value::String(f.to_string()).to_string())),
-        Value::Text(t) => Some(serde_json::Value::String(pg_text(t).into_owned()).to_string()),
-        Value::Blob(_) | Value::Null => None,
+        Value::Integer(i) => (Some(i.to_string()), None),
+        Value::Real(f) => (Some(numeric_text(*f)), None),
+        Value::Text(t) => (None, Some(pg_text(t).into_owned())),
+        Value::Blob(_) | Value::Null => (None, None),
+    }
+}
+
+/// A float as numeric's input: beyond f64's range ("1e999" parses to infinity) it is
+/// numeric's Infinity, which sorts above every number, as SQLite sorts its infinity.
+pub fn numeric_text(f: f64) -> String {
+    if f.is_nan() {
+        "NaN".into()
+    } else if f.is_infinite() {
+        if f > 0.0 { "Infinity" } else { "-Infinity" }.into()
+    } else {
+        f.to_string()
     }
 }
 
@@ -98,7 +108,8 @@ struct Row<'a> {
     provider_time: Option<String>,
     size: i64,
     order_key: Option<std::borrow::Cow<'a, str>>,
-    order_version: Option<String>,
+    order_num: Option<String>,
+    order_text: Option<String>,
     targets: Vec<&'a str>,
     keys: Vec<&'a str>,
 }
@@ -116,7 +127,8 @@ impl<'a> Row<'a> {
             provider_time: e.provider_time.map(crate::clock::iso_from_unix),
             size: e.body.len() as i64,
             order_key: e.order.as_ref().map(|(k, _)| pg_text(k)),
-            order_version: e.order.as_ref().and_then(|(_, v)| version_json(v)),
+            order_num: e.order.as_ref().and_then(|(_, v)| version(v).0),
+            order_text: e.order.as_ref().and_then(|(_, v)| version(v).1),
             targets: e.deliveries.iter().map(|(t, _)| t.as_str()).collect(),
             keys: e.deliveries.iter().map(|(_, k)| k.as_str()).collect(),
         }
@@ -131,7 +143,7 @@ impl batch::Kind for Batch {
         tx: &'a Transaction<'a>,
         jobs: &'a mut [Job],
         now: &'a str,
-    ) -> BoxFuture<'a, Result<(), tokio_postgres::Error>> {
+    ) -> BoxFuture<'a, Result<(), BatchError>> {
         Box::pin(async move {
             jobs.sort_by(|a, b| {
                 let key = |j: &Job| {
@@ -159,20 +171,20 @@ impl batch::Kind for Batch {
         self.metrics.writer_batch_size.observe(jobs as f64);
         self.metrics.writer_commit_seconds.observe(seconds);
     }
+
+    fn failed(&self) {
+        self.metrics.writer_commit_failures.inc();
+    }
 }
 
 /// What became of each job's event, in the jobs' order.
-async fn store(
-    tx: &Transaction<'_>,
-    jobs: &[Job],
-    now: &str,
-) -> Result<Vec<Stored>, tokio_postgres::Error> {
+async fn store(tx: &Transaction<'_>, jobs: &[Job], now: &str) -> Result<Vec<Stored>, BatchError> {
     let insert = tx.prepare(INSERT).await?;
     let rows: Vec<Row> = jobs.iter().map(|j| Row::new(&j.event)).collect();
     let inserted = try_join_all(rows.iter().map(|r| {
         let insert = &insert;
         async move {
-            let params: [&(dyn ToSql + Sync); 16] = [
+            let params: [&(dyn ToSql + Sync); 17] = [
                 &r.source,
                 &r.account,
                 &r.event_id,
@@ -186,7 +198,8 @@ async fn store(
                 &r.body,
                 &r.e.headers,
                 &r.order_key,
-                &r.order_version,
+                &r.order_num,
+                &r.order_text,
                 &r.targets,
                 &r.keys,
             ];
@@ -201,7 +214,7 @@ async fn store(
         let r = &rows[i];
         let original = &original;
         async move {
-            tx.query_one(original, &[&r.source, &r.account, &r.event_id])
+            tx.query_opt(original, &[&r.source, &r.account, &r.event_id])
                 .await
         }
     }))
@@ -219,6 +232,14 @@ async fn store(
     let mut conflicts = Vec::new();
     for (i, row) in seen.iter().zip(&originals) {
         let e = &jobs[*i].event;
+        // Gone between the insert and this read: retention deleted it meanwhile. A new
+        // transaction (the job alone, see `batch`) stores it afresh.
+        let Some(row) = row else {
+            return Err(BatchError::Job(format!(
+                "event {:?} was deleted while it was compared; try again",
+                e.event_id
+            )));
+        };
         let (id, sha, origin, fetched): (i64, String, String, Option<Vec<u8>>) =
             (row.get(0), row.get(1), row.get(2), row.get(3));
         let duplicate = sha == e.sha256_hex

@@ -42,6 +42,10 @@ pub const SCHEMA: &str = include_str!("../../../schema-postgres.sql");
 /// long as no other application on the database uses it.
 const MIGRATION_LOCK: i64 = 0x686f_6f6b_696e_626f;
 
+/// How long a read may take (what is due, the events to send, the gauges): a delivery
+/// loop waiting on a dead server must turn again, or the watchdog takes it for stuck.
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// How long connecting may take. A server that does not answer within it is down: requests
 /// hear 503 while the next batch tries again.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -71,6 +75,8 @@ impl From<tokio_postgres::Error> for Error {
     }
 }
 
+pub use ingest::numeric_text;
+
 /// The schema version this binary writes.
 pub fn schema_version() -> i64 {
     super::sections(SCHEMA).last().map_or(0, |(v, _)| *v)
@@ -80,9 +86,23 @@ pub fn schema_version() -> i64 {
 /// [`MIGRATION_LOCK`]: a second replica starting at the same moment waits, then finds them
 /// applied.
 pub async fn migrate(client: &mut Client) -> Result<(), Error> {
+    let encoding: String = client
+        .query_one("SELECT current_setting('server_encoding')", &[])
+        .await?
+        .get(0);
+    if encoding != "UTF8" {
+        return Err(Error::Db(format!(
+            "the database's encoding is {encoding}, which cannot hold every event's text; \
+             create it with UTF8: createdb --encoding UTF8 --template template0 …"
+        )));
+    }
     let known = schema_version();
     for (version, sql) in super::sections(SCHEMA) {
         let tx = client.transaction().await?;
+        // A migration may rewrite a large table: not under the sessions' 5 s limits. The
+        // lock waits for a replica migrating at the same moment.
+        tx.batch_execute("SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = '10min'")
+            .await?;
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
             .await?;
         let exists: bool = tx
@@ -209,13 +229,6 @@ impl Inbox {
         .await
     }
 
-    pub async fn retire_targets(&self, pairs: Vec<(String, String)>) -> Result<usize, WriteError> {
-        batch::submit(&self.queue, true, |reply| {
-            queue::Job::Retire(pairs, batch::Slot::new(reply))
-        })
-        .await
-    }
-
     /// One chunk of `rule`'s retention, in the queue batcher's transaction.
     pub async fn prune(
         &self,
@@ -253,10 +266,9 @@ impl Inbox {
         source: &str,
         target: &str,
     ) -> Result<(Option<Paused>, Option<String>), String> {
-        let client = self.readers.get().await?;
-        queue::look(&client, source, target)
+        self.readers
+            .read(|client| async move { queue::look(&client, source, target).await })
             .await
-            .map_err(|e| self.readers.failed(&client, &e))
     }
 
     /// The events with these row ids, by id.
@@ -264,19 +276,17 @@ impl Inbox {
         &self,
         ids: &[i64],
     ) -> Result<std::collections::HashMap<i64, EventData>, String> {
-        let client = self.readers.get().await?;
-        queue::events(&client, ids)
+        self.readers
+            .read(|client| async move { queue::events(&client, ids).await })
             .await
-            .map_err(|e| self.readers.failed(&client, &e))
     }
 
     /// Delivery rows per state, when the oldest pending one was created, and the pauses:
     /// the gauges of `/metrics`.
     pub async fn gauges(&self) -> Result<super::Gauges, String> {
-        let client = self.readers.get().await?;
-        queue::gauges(&client)
+        self.readers
+            .read(|client| async move { queue::gauges(&client).await })
             .await
-            .map_err(|e| self.readers.failed(&client, &e))
     }
 }
 
@@ -296,8 +306,7 @@ impl Readers {
         }
     }
 
-    async fn get(&self) -> Result<Arc<Client>, String> {
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
+    async fn get(&self, i: usize) -> Result<Arc<Client>, String> {
         let mut slot = self.slots[i].lock().await;
         if let Some(c) = slot.as_ref().filter(|c| !c.is_closed()) {
             return Ok(c.clone());
@@ -311,9 +320,35 @@ impl Readers {
         Ok(client)
     }
 
-    /// Describes `e`; a connection it broke is closed by its driver, and made again next.
-    fn failed(&self, _client: &Client, e: &tokio_postgres::Error) -> String {
-        crate::pg::describe(e)
+    /// Runs `read` on the next connection within [`READ_TIMEOUT`]. A connection that timed
+    /// out or broke is dropped and made again on its next turn.
+    async fn read<T, F, Fut>(&self, read: F) -> Result<T, String>
+    where
+        F: FnOnce(Arc<Client>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+    {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
+        let client = self.get(i).await?;
+        match tokio::time::timeout(READ_TIMEOUT, read(client.clone())).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => {
+                if crate::pg::connection_lost(&e) {
+                    self.forget(i, &client).await;
+                }
+                Err(crate::pg::describe(&e))
+            }
+            Err(_) => {
+                self.forget(i, &client).await;
+                Err(format!("no answer from PostgreSQL within {READ_TIMEOUT:?}"))
+            }
+        }
+    }
+
+    async fn forget(&self, i: usize, used: &Arc<Client>) {
+        let mut slot = self.slots[i].lock().await;
+        if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, used)) {
+            *slot = None;
+        }
     }
 }
 

@@ -1,13 +1,13 @@
 //! The delivery queue on PostgreSQL: the states and rules of [`crate::store::queue`], for
 //! several replicas at once.
 //!
-//! The rows are taken `FOR UPDATE SKIP LOCKED`: each due row goes to one replica, and a row
+//! The rows are taken `FOR NO KEY UPDATE SKIP LOCKED`: each due row goes to one replica, and a row
 //! another replica is claiming, finishing or sweeping is left for the next turn. A target
 //! whose source orders its events also takes the target's advisory lock for the claim's
 //! transaction, without waiting (`pg_try_advisory_xact_lock`): while another replica claims
 //! for it, this one claims nothing this turn and looks again. So the ordering rule (one
 //! delivery of a key in flight, in version order) is judged on committed state by one
-//! replica at a time, and no batch ever waits on another's lock.
+//! replica at a time, and no claim waits on another's.
 
 use std::collections::HashMap;
 use std::time::SystemTime;
@@ -15,7 +15,7 @@ use std::time::SystemTime;
 use futures_util::future::BoxFuture;
 use tokio_postgres::{Client, Transaction};
 
-use super::batch::{self, Slot};
+use super::batch::{self, BatchError, Slot};
 use super::pg_text;
 use crate::store::pause::Paused;
 use crate::store::queue::{ClaimRequest, Claimed, EventData, Finished, Next, Recorded};
@@ -26,7 +26,6 @@ pub enum Job {
     Claim(ClaimRequest, Slot<Vec<Claimed>>),
     Finish(Finished, Slot<Recorded>),
     Sweep(Slot<usize>),
-    Retire(Vec<(String, String)>, Slot<usize>),
     /// One chunk of a source's retention (see [`crate::store::retention`]).
     Prune(Rule, SystemTime, Slot<Pruned>),
 }
@@ -34,15 +33,38 @@ pub enum Job {
 pub struct Batch;
 
 /// As the SQLite queue's CLAIMABLE: unordered rows, and per order key the pending delivery
-/// with the lowest version (then id), unless one of that key is in flight.
+/// with the lowest version (then id), unless one of that key is in flight. A version
+/// compares as SQLite compares its dynamically typed column: numbers before text, numbers
+/// by value, text byte by byte (the column is COLLATE "C").
 const CLAIMABLE: &str = "(d.order_key IS NULL OR NOT EXISTS (
         SELECT 1 FROM deliveries o
          WHERE o.source = d.source AND o.target = d.target
            AND o.order_key = d.order_key AND o.id <> d.id
            AND (o.state = 'in_flight'
                 OR (o.state = 'pending'
-                    AND (o.order_version < d.order_version
-                         OR (o.order_version = d.order_version AND o.id < d.id))))))";
+                    AND ((o.order_version_text IS NOT NULL, coalesce(o.order_version_num, 0),
+                          coalesce(o.order_version_text, ''))
+                         < (d.order_version_text IS NOT NULL, coalesce(d.order_version_num, 0),
+                            coalesce(d.order_version_text, ''))
+                         OR ((o.order_version_num, o.order_version_text)
+                             IS NOT DISTINCT FROM (d.order_version_num, d.order_version_text)
+                             AND o.id < d.id))))))";
+
+/// A delivery's version (`deliveries`) and a key's last delivered one (`order_keys k`) as
+/// sort keys of the same shape.
+const VERSION: &str = "(deliveries.order_version_text IS NOT NULL, \
+     coalesce(deliveries.order_version_num, 0), coalesce(deliveries.order_version_text, ''))";
+/// In the upsert of `order_keys`: the version being recorded is newer than the one kept
+/// (SQLite's `max`).
+const NEWER: &str = "(excluded.last_text IS NOT NULL, coalesce(excluded.last_num, 0), \
+     coalesce(excluded.last_text, '')) > (order_keys.last_text IS NOT NULL, \
+     coalesce(order_keys.last_num, 0), coalesce(order_keys.last_text, ''))";
+const LAST: &str = "(k.last_text IS NOT NULL, coalesce(k.last_num, 0), coalesce(k.last_text, ''))";
+
+/// The database's clock as inbox text, and that plus `$4` seconds (a lease).
+const DB_NOW: &str = "to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')";
+const DB_NOW_PLUS_SECONDS_4: &str = "to_char(now() AT TIME ZONE 'UTC' + $4::float8 * interval '1 second', \
+     'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')";
 
 const NOT_PAUSED: &str =
     "NOT EXISTS (SELECT 1 FROM paused_targets p WHERE p.source = $1 AND p.target = $2)";
@@ -55,7 +77,7 @@ impl batch::Kind for Batch {
         tx: &'a Transaction<'a>,
         jobs: &'a mut [Job],
         now: &'a str,
-    ) -> BoxFuture<'a, Result<(), tokio_postgres::Error>> {
+    ) -> BoxFuture<'a, Result<(), BatchError>> {
         Box::pin(async move {
             // One after another: each is a few statements, and claims of one target must see
             // the finishes before them.
@@ -64,7 +86,6 @@ impl batch::Kind for Batch {
                     Job::Claim(req, slot) => slot.set(claim(tx, req, now).await?),
                     Job::Finish(f, slot) => slot.set(finish(tx, f, now).await?),
                     Job::Sweep(slot) => slot.set(sweep(tx, now).await?),
-                    Job::Retire(pairs, slot) => slot.set(retire(tx, pairs, now).await?),
                     Job::Prune(rule, at, slot) => slot.set(prune(tx, rule, *at).await?),
                 }
             }
@@ -77,7 +98,6 @@ impl batch::Kind for Batch {
             Job::Claim(_, slot) => slot.answer(batch_error),
             Job::Finish(_, slot) => slot.answer(batch_error),
             Job::Sweep(slot) => slot.answer(batch_error),
-            Job::Retire(_, slot) => slot.answer(batch_error),
             Job::Prune(_, _, slot) => slot.answer(batch_error),
         }
     }
@@ -102,37 +122,41 @@ async fn claim(
             return Ok(Vec::new());
         }
         tx.execute(
-            "UPDATE deliveries
+            &format!(
+                "UPDATE deliveries
                 SET state = 'superseded', updated_at = $3,
                     last_error = 'superseded: a version at least as new was already delivered'
               WHERE source = $1 AND target = $2 AND state = 'pending' AND order_key IS NOT NULL
                 AND EXISTS (SELECT 1 FROM order_keys k
                              WHERE k.source = deliveries.source AND k.target = deliveries.target
                                AND k.order_key = deliveries.order_key
-                               AND jsonb_typeof(k.last_version) = jsonb_typeof(deliveries.order_version)
-                               AND k.last_version >= deliveries.order_version)",
+                               AND (k.last_text IS NULL) = (deliveries.order_version_text IS NULL)
+                               AND {LAST} >= {VERSION})"
+            ),
             &[&req.source, &req.target, &now],
         )
         .await?;
     }
-    let lease_until = crate::clock::iso(SystemTime::now() + req.lease);
+    // The lease runs on the database's clock, as the sweep reads it: a replica whose clock
+    // is ahead cannot take another's live lease for expired.
+    let lease_seconds = req.lease.as_secs_f64();
     let limit = req.limit as i64;
     let rows = tx
         .query(
             &format!(
                 "UPDATE deliveries
-                    SET state = 'in_flight', attempts = attempts + 1, lease_until = $4,
-                        updated_at = $3
+                    SET state = 'in_flight', attempts = attempts + 1,
+                        lease_until = {DB_NOW_PLUS_SECONDS_4}, updated_at = $3
                   WHERE id IN (
                         SELECT d.id FROM deliveries d
                          WHERE d.source = $1 AND d.target = $2 AND d.state = 'pending'
                            AND d.next_attempt_at <= $3 AND {CLAIMABLE} AND {NOT_PAUSED}
                          ORDER BY d.next_attempt_at, d.id
                          LIMIT $5
-                           FOR UPDATE SKIP LOCKED)
+                           FOR NO KEY UPDATE SKIP LOCKED)
                  RETURNING id, event, attempts, schedule_base, idempotency_key"
             ),
-            &[&req.source, &req.target, &now, &lease_until, &limit],
+            &[&req.source, &req.target, &now, &lease_seconds, &limit],
         )
         .await?;
     let claimed = rows.iter().map(|r| Claimed {
@@ -220,12 +244,17 @@ async fn finish(
             .await?
             .get(0);
         tx.execute(
-            "INSERT INTO order_keys (source, target, order_key, last_version, updated_at)
-             SELECT source, target, order_key, order_version, $2 FROM deliveries
+            &format!("INSERT INTO order_keys (source, target, order_key, last_num, last_text, updated_at)
+             SELECT source, target, order_key, order_version_num, order_version_text, $2
+               FROM deliveries
               WHERE id = $1 AND order_key IS NOT NULL
+                AND (order_version_num IS NOT NULL OR order_version_text IS NOT NULL)
              ON CONFLICT (source, target, order_key) DO UPDATE
-                SET last_version = greatest(order_keys.last_version, excluded.last_version),
-                    updated_at = excluded.updated_at",
+                SET last_num = CASE WHEN {NEWER} THEN excluded.last_num
+                                    ELSE order_keys.last_num END,
+                    last_text = CASE WHEN {NEWER} THEN excluded.last_text
+                                     ELSE order_keys.last_text END,
+                    updated_at = excluded.updated_at"),
             &[&f.delivery, &now],
         )
         .await?;
@@ -241,35 +270,17 @@ async fn finish(
 async fn sweep(tx: &Transaction<'_>, now: &str) -> Result<usize, tokio_postgres::Error> {
     let n = tx
         .execute(
-            "UPDATE deliveries
+            &format!(
+                "UPDATE deliveries
                 SET state = 'pending', lease_until = NULL, next_attempt_at = $1, updated_at = $1,
                     last_error = 'the attempt''s lease expired before its result was recorded'
               WHERE id IN (SELECT id FROM deliveries
-                            WHERE state = 'in_flight' AND lease_until < $1
-                              FOR UPDATE SKIP LOCKED)",
+                            WHERE state = 'in_flight' AND lease_until < {DB_NOW}
+                              FOR NO KEY UPDATE SKIP LOCKED)"
+            ),
             &[&now],
         )
         .await?;
-    Ok(n as usize)
-}
-
-async fn retire(
-    tx: &Transaction<'_>,
-    pairs: &[(String, String)],
-    now: &str,
-) -> Result<usize, tokio_postgres::Error> {
-    let mut n = 0;
-    for (source, target) in pairs {
-        n += tx
-            .execute(
-                "UPDATE deliveries
-                    SET state = 'dead', updated_at = $3,
-                        last_error = 'the target is no longer in the configuration'
-                  WHERE source = $1 AND target = $2 AND state = 'pending'",
-                &[source, target, &now],
-            )
-            .await?;
-    }
     Ok(n as usize)
 }
 
@@ -384,7 +395,7 @@ async fn prune(
                      SELECT e.id FROM events e
                       WHERE e.source = $1 AND e.received_at < $2 AND e.pruned_at IS NULL
                         AND {payload_done}
-                      LIMIT $3 FOR UPDATE SKIP LOCKED
+                      LIMIT $3 FOR NO KEY UPDATE SKIP LOCKED
                  ), gone AS (
                      DELETE FROM payloads WHERE event IN (SELECT id FROM due)
                  )
