@@ -9,6 +9,10 @@ use std::time::{Duration, Instant};
 use crate::sink::{Reply, Sink};
 use crate::support::*;
 
+/// `CREATE DATABASE` options for a collation that sorts text otherwise than byte by byte
+/// (`'sub_alpha' < 'sub_Zeta'`, `'a2' < 'B1'`): hookinbox's comparisons must not care.
+const ICU: &str = "LOCALE_PROVIDER icu ICU_LOCALE 'en' TEMPLATE template0";
+
 /// A fresh database on the test cluster, or None after `skip` said why there is none.
 async fn database(test: &str) -> Option<String> {
     let server = postgres(test)?;
@@ -586,9 +590,12 @@ async fn postgres_stopped_under_load_answers_503_and_ingest_resumes() {
 /// still a duplicate, pending deliveries go out under their keys, new events get new ids).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn migrate_store_copies_a_sqlite_inbox_that_serve_then_continues_on_postgres() {
-    let Some(url) = database("pg_store::migrate_store_copies").await else {
+    let Some(server) = postgres("pg_store::migrate_store_copies") else {
         return;
     };
+    // Keys of mixed case, which this collation sorts otherwise than SQLite: the tables read
+    // back must still compare equal.
+    let url = fresh_database_with(&server, ICU).await;
     let accepting = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
     let gate = accepting.clone();
     let sink = Sink::start(move |_, _| {
@@ -638,7 +645,8 @@ url = "{0}"
         }
     };
     let event = |id: &str, v: i64| {
-        format!(r#"{{"id":"{id}","v":{v},"data":{{"n":"k{}"}}}}"#, v % 3).into_bytes()
+        let key = ["sub_alpha", "sub_Zeta", "Sub_beta"][v as usize % 3];
+        format!(r#"{{"id":"{id}","v":{v},"data":{{"n":"{key}"}}}}"#).into_bytes()
     };
     for n in 0..20 {
         let id = format!("msg_mig_{n:02}");
@@ -1034,9 +1042,12 @@ url = "{}"
 /// version order, whichever replica received each event and whichever claims it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn order_keys_go_one_at_a_time_in_version_order_across_two_replicas() {
-    let Some(url) = database("pg_store::order_keys_go_one_at_a_time").await else {
+    let Some(server) = postgres("pg_store::order_keys_go_one_at_a_time") else {
         return;
     };
+    // A collation under which text does not sort byte by byte ('a2' before 'B1'): the
+    // versions must still compare as SQLite compares them.
+    let url = fresh_database_with(&server, ICU).await;
     const HOLD: Duration = Duration::from_millis(30);
     let sink = Sink::start(|_, _| Reply::Hang(HOLD)).await;
     let sources = format!(
@@ -1067,6 +1078,22 @@ concurrency = 8
             200
         );
     }
+    // Text versions, both waiting when the target resumes: byte order, "B1" before "a2".
+    db.batch_execute(
+        "INSERT INTO paused_targets VALUES ('sw', 'app', '2026-01-01T00:00:00.000Z', 'test')",
+    )
+    .await
+    .unwrap();
+    for (id, v) in [("evt_ord_a2", "a2"), ("evt_ord_b1", "B1")] {
+        let body = format!(r#"{{"id":"{id}","v":"{v}","data":{{"n":"kt"}}}}"#);
+        assert_eq!(
+            a.post("sw", &a.sign("sw", id, body.as_bytes())).await.0,
+            200
+        );
+    }
+    db.batch_execute("DELETE FROM paused_targets")
+        .await
+        .unwrap();
     // A key far longer than an index entry may hold is kept by its hash, stored and sent.
     let long = format!(
         r#"{{"id":"evt_ord_long","v":1,"data":{{"n":"{}"}}}}"#,
@@ -1081,18 +1108,26 @@ concurrency = 8
     wait_count(
         &db,
         "SELECT count(*) FROM deliveries WHERE state IN ('delivered', 'superseded')",
-        31,
+        33,
         Duration::from_secs(30),
     )
     .await;
+    let text_order: Vec<String> = sink
+        .received()
+        .iter()
+        .map(|r| r.header("x-hookinbox-event-id").to_owned())
+        .filter(|id| id.starts_with("evt_ord_") && (id.ends_with("a2") || id.ends_with("b1")))
+        .collect();
+    assert_eq!(text_order, ["evt_ord_b1", "evt_ord_a2"]);
     let mut per_key: BTreeMap<String, Vec<(Instant, i64)>> = BTreeMap::new();
     for r in sink.received() {
         let body: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
         per_key
             .entry(body["data"]["n"].as_str().unwrap().to_owned())
             .or_default()
-            .push((r.at, body["v"].as_i64().unwrap()));
+            .push((r.at, body["v"].as_i64().unwrap_or(0)));
     }
+    per_key.remove("kt");
     for (key, mut sent) in per_key {
         sent.sort();
         for pair in sent.windows(2) {

@@ -595,6 +595,12 @@ fn pg_cluster(name: &str, arg: Option<&str>) -> Result<String, String> {
 /// A database of its own for one test on the server at `server` (a superuser's URL), as a
 /// URL for the same user.
 pub async fn fresh_database(server: &str) -> String {
+    fresh_database_with(server, "").await
+}
+
+/// [`fresh_database`] created with `options` (`CREATE DATABASE name options`), e.g. an ICU
+/// collation under which text sorts otherwise than byte by byte.
+pub async fn fresh_database_with(server: &str, options: &str) -> String {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let name = format!(
         "t{}_{}_{}",
@@ -626,7 +632,7 @@ pub async fn fresh_database(server: &str) -> String {
         }
     }
     client
-        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .batch_execute(&format!("CREATE DATABASE {name} {options}"))
         .await
         .unwrap();
     let (base, _) = server.rsplit_once('/').unwrap();
