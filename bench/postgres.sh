@@ -37,10 +37,8 @@ wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/n
 psql_at() { psql -X -q -t -A "$@"; }
 
 # A database of its own for each PostgreSQL run, dropped at the end.
-db_n=0
-new_db() {
-    db_n=$((db_n + 1))
-    local name="bench_$$_$db_n"
+new_db() { # (in a subshell when its output is read: a name from the clock, not a counter)
+    local name="bench_$$_$(date +%s%N)"
     psql_at "$server" -c "CREATE DATABASE $name"
     echo "${server%/*}/$name"
 }

@@ -1149,3 +1149,62 @@ concurrency = 8
     a.stop().await;
     b.stop().await;
 }
+
+/// An attempt that timed out (the app may have acted) and the retry that succeeds: both
+/// recorded on PostgreSQL, the retry under the same key resolving the ambiguity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_timed_out_attempt_is_ambiguous_until_its_retry_is_delivered() {
+    let Some(url) = database("pg_store::a_timed_out_attempt").await else {
+        return;
+    };
+    let sink = Sink::start(|_, n| {
+        if n == 0 {
+            Reply::Hang(Duration::from_secs(3))
+        } else {
+            Reply::Status(200)
+        }
+    })
+    .await;
+    let server = TestServer::start_store(
+        &pg_store(&url),
+        &forwarding(&sink.url(), "timeout = \"1s\"\nretry = [\"100ms\"]"),
+    )
+    .await;
+    let db = pg_connect(&url).await;
+    let body = event_body("evt_amb", "slow app");
+    assert_eq!(
+        server
+            .post("sw", &server.sign("sw", "evt_amb", &body))
+            .await
+            .0,
+        200
+    );
+    wait_count(
+        &db,
+        "SELECT count(*) FROM deliveries WHERE state = 'delivered'",
+        1,
+        Duration::from_secs(15),
+    )
+    .await;
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(*) FROM attempts WHERE ambiguous = 1 AND outcome = 'retry'"
+        )
+        .await,
+        1
+    );
+    let metrics = server.metrics().await;
+    assert_eq!(
+        metric(
+            &metrics,
+            "hookinbox_ambiguous_resolved_total{source=\"sw\",target=\"app\"}"
+        ),
+        1.0,
+        "{metrics}"
+    );
+    let received = sink.received();
+    assert_eq!(received.len(), 2);
+    assert_eq!(received[0].key(), received[1].key());
+    server.stop().await;
+}

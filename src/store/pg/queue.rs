@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::time::SystemTime;
 
-use futures_util::future::BoxFuture;
+use futures_util::future::{BoxFuture, try_join_all};
 use tokio_postgres::{Client, Transaction};
 
 use super::batch::{self, BatchError, Slot};
@@ -79,16 +79,20 @@ impl batch::Kind for Batch {
         now: &'a str,
     ) -> BoxFuture<'a, Result<(), BatchError>> {
         Box::pin(async move {
-            // One after another: each is a few statements, and claims of one target must see
-            // the finishes before them.
-            for job in jobs.iter_mut() {
+            // Pipelined: every job's statements go out without waiting for the others'
+            // answers (a batch of 32 results is a round trip or two, not 32). The server
+            // runs them in the order sent; a claim that runs before a finish of its key
+            // only finds the key busy, and claims it next turn.
+            try_join_all(jobs.iter_mut().map(|job| async move {
                 match job {
                     Job::Claim(req, slot) => slot.set(claim(tx, req, now).await?),
                     Job::Finish(f, slot) => slot.set(finish(tx, f, now).await?),
                     Job::Sweep(slot) => slot.set(sweep(tx, now).await?),
                     Job::Prune(rule, at, slot) => slot.set(prune(tx, rule, *at).await?),
                 }
-            }
+                Ok::<(), tokio_postgres::Error>(())
+            }))
+            .await?;
             Ok(())
         })
     }
@@ -191,77 +195,69 @@ async fn finish(
     let schedule_base = i32::try_from(f.schedule_base).unwrap_or(i32::MAX);
     let error = f.error.as_deref().map(pg_text);
     let output = f.output.as_deref().map(pg_text);
-    tx.execute(
-        "INSERT INTO attempts (delivery, number, started_at, duration_ms, outcome, status, error,
-                               output, ambiguous)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-        &[
-            &f.delivery,
-            &attempt,
-            &f.started_at,
-            &f.duration_ms,
-            &f.next.word(),
-            &f.status,
-            &error,
-            &output,
-            &i32::from(f.ambiguous),
-        ],
-    )
-    .await?;
     let (state, next_at) = match &f.next {
         Next::Delivered => ("delivered", None),
         Next::Retry(at) => ("pending", Some(at.as_str())),
         Next::Dead => ("dead", None),
     };
-    // As on SQLite: the attempt still owns the delivery if nothing claimed it since.
-    let changed = tx
-        .execute(
-            "UPDATE deliveries
-                SET state = $3, next_attempt_at = coalesce($4, next_attempt_at),
-                    lease_until = NULL, last_error = $5, updated_at = $6
-              WHERE id = $1 AND attempts = $2 AND schedule_base = $7
-                AND state IN ('in_flight', 'pending')",
+    // One statement, as SQLite's four: the attempt; the delivery's next state, if the
+    // attempt still owns it (nothing claimed it since); on delivery, its key's last
+    // version; and whether an earlier attempt of it had timed out.
+    let row = tx
+        .query_one(
+            &format!(
+                "WITH attempt AS (
+                     INSERT INTO attempts (delivery, number, started_at, duration_ms, outcome,
+                                           status, error, output, ambiguous)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                 ), moved AS (
+                     UPDATE deliveries
+                        SET state = $10, next_attempt_at = coalesce($11, next_attempt_at),
+                            lease_until = NULL, last_error = $7, updated_at = $12
+                      WHERE id = $1 AND attempts = $2 AND schedule_base = $13
+                        AND state IN ('in_flight', 'pending')
+                     RETURNING id
+                 ), kept AS (
+                     INSERT INTO order_keys (source, target, order_key, last_num, last_text,
+                                             updated_at)
+                     SELECT d.source, d.target, d.order_key, d.order_version_num,
+                            d.order_version_text, $12
+                       FROM deliveries d
+                      WHERE d.id = $1 AND $10 = 'delivered' AND EXISTS (SELECT 1 FROM moved)
+                        AND d.order_key IS NOT NULL
+                        AND (d.order_version_num IS NOT NULL OR d.order_version_text IS NOT NULL)
+                     ON CONFLICT (source, target, order_key) DO UPDATE
+                        SET last_num = CASE WHEN {NEWER} THEN excluded.last_num
+                                            ELSE order_keys.last_num END,
+                            last_text = CASE WHEN {NEWER} THEN excluded.last_text
+                                             ELSE order_keys.last_text END,
+                            updated_at = excluded.updated_at
+                 )
+                 SELECT EXISTS (SELECT 1 FROM moved),
+                        $10 = 'delivered' AND EXISTS (SELECT 1 FROM moved)
+                            AND EXISTS (SELECT 1 FROM attempts
+                                         WHERE delivery = $1 AND number < $2 AND ambiguous = 1)"
+            ),
             &[
                 &f.delivery,
                 &attempt,
+                &f.started_at,
+                &f.duration_ms,
+                &f.next.word(),
+                &f.status,
+                &error,
+                &output,
+                &i32::from(f.ambiguous),
                 &state,
                 &next_at,
-                &error,
                 &now,
                 &schedule_base,
             ],
         )
         .await?;
-    let applied = changed == 1;
-    let mut resolved_ambiguity = false;
-    if applied && f.next == Next::Delivered {
-        resolved_ambiguity = tx
-            .query_one(
-                "SELECT EXISTS (SELECT 1 FROM attempts
-                                 WHERE delivery = $1 AND number < $2 AND ambiguous = 1)",
-                &[&f.delivery, &attempt],
-            )
-            .await?
-            .get(0);
-        tx.execute(
-            &format!("INSERT INTO order_keys (source, target, order_key, last_num, last_text, updated_at)
-             SELECT source, target, order_key, order_version_num, order_version_text, $2
-               FROM deliveries
-              WHERE id = $1 AND order_key IS NOT NULL
-                AND (order_version_num IS NOT NULL OR order_version_text IS NOT NULL)
-             ON CONFLICT (source, target, order_key) DO UPDATE
-                SET last_num = CASE WHEN {NEWER} THEN excluded.last_num
-                                    ELSE order_keys.last_num END,
-                    last_text = CASE WHEN {NEWER} THEN excluded.last_text
-                                     ELSE order_keys.last_text END,
-                    updated_at = excluded.updated_at"),
-            &[&f.delivery, &now],
-        )
-        .await?;
-    }
     Ok(Recorded {
-        applied,
-        resolved_ambiguity,
+        applied: row.get(0),
+        resolved_ambiguity: row.get(1),
     })
 }
 
