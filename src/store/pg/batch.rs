@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 use tokio::sync::{mpsc, oneshot};
-use tokio_postgres::{Client, Transaction};
+use tokio_postgres::{Client, Statement, Transaction};
 
 use crate::pg::{Connector, connection_lost, describe};
 use crate::store::writer::{COMMIT_WAIT, Health, MAX_BATCH, WriteError};
@@ -91,6 +91,7 @@ pub trait Kind: Send + 'static {
     fn run<'a>(
         &'a self,
         tx: &'a Transaction<'a>,
+        prepared: &'a Prepared,
         jobs: &'a mut [Self::Job],
         now: &'a str,
     ) -> BoxFuture<'a, Result<(), BatchError>>;
@@ -141,12 +142,13 @@ pub async fn submit<J, T>(
 pub async fn run<K: Kind>(
     name: &'static str,
     connector: Connector,
-    mut client: Option<Client>,
+    client: Option<Client>,
     mut rx: mpsc::Receiver<Op<K::Job>>,
     kind: K,
     health: Option<Arc<Health>>,
 ) {
     let mut ops = Vec::with_capacity(MAX_BATCH);
+    let mut client = client.map(Session::new);
     let mut last_commit = Instant::now();
     while rx.recv_many(&mut ops, MAX_BATCH).await > 0 {
         let mut jobs = Vec::with_capacity(ops.len());
@@ -204,7 +206,7 @@ pub async fn run<K: Kind>(
 async fn commit_or_one_by_one<K: Kind>(
     name: &str,
     connector: &Connector,
-    client: &mut Option<Client>,
+    client: &mut Option<Session>,
     kind: &K,
     jobs: &mut [K::Job],
     now: &str,
@@ -260,29 +262,66 @@ async fn commit_or_one_by_one<K: Kind>(
     errors
 }
 
+/// One connection, with the statements prepared on it (they are the connection's: a new
+/// connection starts with none).
+pub struct Session {
+    client: Client,
+    prepared: Prepared,
+}
+
+impl Session {
+    fn new(client: Client) -> Session {
+        Session {
+            client,
+            prepared: Prepared::default(),
+        }
+    }
+}
+
+/// Statements prepared once per connection and used by every batch after: the server
+/// parses and plans them once, not once per job.
+#[derive(Default)]
+pub struct Prepared(tokio::sync::Mutex<std::collections::HashMap<String, Statement>>);
+
+impl Prepared {
+    pub async fn get(
+        &self,
+        tx: &Transaction<'_>,
+        sql: &str,
+    ) -> Result<Statement, tokio_postgres::Error> {
+        let mut statements = self.0.lock().await;
+        if let Some(statement) = statements.get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = tx.prepare(sql).await?;
+        statements.insert(sql.to_owned(), statement.clone());
+        Ok(statement)
+    }
+}
+
 async fn connection<'c>(
     connector: &Connector,
-    client: &'c mut Option<Client>,
-) -> Result<&'c mut Client, tokio_postgres::Error> {
-    if client.as_ref().is_some_and(Client::is_closed) {
+    client: &'c mut Option<Session>,
+) -> Result<&'c mut Session, tokio_postgres::Error> {
+    if client.as_ref().is_some_and(|s| s.client.is_closed()) {
         *client = None;
     }
     if client.is_none() {
-        *client = Some(connector.connect().await?);
+        *client = Some(Session::new(connector.connect().await?));
     }
     Ok(client.as_mut().expect("just connected"))
 }
 
 async fn commit<K: Kind>(
     connector: &Connector,
-    client: &mut Option<Client>,
+    client: &mut Option<Session>,
     kind: &K,
     jobs: &mut [K::Job],
     now: &str,
 ) -> Result<(), BatchError> {
-    let conn = connection(connector, client).await?;
-    let tx = conn.transaction().await?;
-    kind.run(&tx, jobs, now).await?;
+    let session = connection(connector, client).await?;
+    let tx = session.client.transaction().await?;
+    kind.run(&tx, &session.prepared, jobs, now).await?;
     Ok(tx.commit().await?)
 }
 
@@ -292,18 +331,20 @@ async fn commit<K: Kind>(
 async fn probe(
     name: &str,
     connector: &Connector,
-    client: &mut Option<Client>,
+    client: &mut Option<Session>,
     health: Option<&Health>,
 ) -> bool {
     let was_ok = health.is_some_and(|h| h.last_commit_ok.load(Ordering::Relaxed));
     let write = async {
-        let conn = connection(connector, client).await?;
-        conn.execute(
-            "INSERT INTO writer_probe (id, probed_at) VALUES (1, $1)
+        let session = connection(connector, client).await?;
+        session
+            .client
+            .execute(
+                "INSERT INTO writer_probe (id, probed_at) VALUES (1, $1)
              ON CONFLICT (id) DO UPDATE SET probed_at = excluded.probed_at",
-            &[&crate::clock::iso_now()],
-        )
-        .await
+                &[&crate::clock::iso_now()],
+            )
+            .await
     };
     let result = tokio::time::timeout(PROBE_TIMEOUT, write).await;
     let ok = matches!(result, Ok(Ok(_)));

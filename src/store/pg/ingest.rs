@@ -13,7 +13,7 @@ use futures_util::future::{BoxFuture, try_join_all};
 use tokio_postgres::Transaction;
 use tokio_postgres::types::ToSql;
 
-use super::batch::{self, BatchError, Slot};
+use super::batch::{self, BatchError, Prepared, Slot};
 use super::pg_text;
 use crate::metrics::Metrics;
 use crate::store::ingest::{NewEvent, Origin, Stored};
@@ -141,6 +141,7 @@ impl batch::Kind for Batch {
     fn run<'a>(
         &'a self,
         tx: &'a Transaction<'a>,
+        prepared: &'a Prepared,
         jobs: &'a mut [Job],
         now: &'a str,
     ) -> BoxFuture<'a, Result<(), BatchError>> {
@@ -155,7 +156,7 @@ impl batch::Kind for Batch {
                 };
                 key(a).cmp(&key(b))
             });
-            let outcomes = store(tx, jobs, now).await?;
+            let outcomes = store(tx, prepared, jobs, now).await?;
             for (job, stored) in jobs.iter_mut().zip(outcomes) {
                 job.slot.set(stored);
             }
@@ -178,8 +179,13 @@ impl batch::Kind for Batch {
 }
 
 /// What became of each job's event, in the jobs' order.
-async fn store(tx: &Transaction<'_>, jobs: &[Job], now: &str) -> Result<Vec<Stored>, BatchError> {
-    let insert = tx.prepare(INSERT).await?;
+async fn store(
+    tx: &Transaction<'_>,
+    prepared: &Prepared,
+    jobs: &[Job],
+    now: &str,
+) -> Result<Vec<Stored>, BatchError> {
+    let insert = prepared.get(tx, INSERT).await?;
     let rows: Vec<Row> = jobs.iter().map(|j| Row::new(&j.event)).collect();
     let inserted = try_join_all(rows.iter().map(|r| {
         let insert = &insert;
@@ -208,7 +214,7 @@ async fn store(tx: &Transaction<'_>, jobs: &[Job], now: &str) -> Result<Vec<Stor
     }))
     .await?;
     // The rest were there already: duplicates or conflicts.
-    let original = tx.prepare(ORIGINAL).await?;
+    let original = prepared.get(tx, ORIGINAL).await?;
     let seen: Vec<usize> = (0..rows.len()).filter(|&i| inserted[i].is_none()).collect();
     let originals = try_join_all(seen.iter().map(|&i| {
         let r = &rows[i];
@@ -254,7 +260,7 @@ async fn store(tx: &Transaction<'_>, jobs: &[Job], now: &str) -> Result<Vec<Stor
         }
     }
     if !conflicts.is_empty() {
-        let conflict = tx.prepare(CONFLICT).await?;
+        let conflict = prepared.get(tx, CONFLICT).await?;
         try_join_all(conflicts.iter().map(|(i, id, sha)| {
             let r = &rows[*i];
             let conflict = &conflict;

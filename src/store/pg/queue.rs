@@ -15,7 +15,7 @@ use std::time::SystemTime;
 use futures_util::future::{BoxFuture, try_join_all};
 use tokio_postgres::{Client, Transaction};
 
-use super::batch::{self, BatchError, Slot};
+use super::batch::{self, BatchError, Prepared, Slot};
 use super::pg_text;
 use crate::store::pause::Paused;
 use crate::store::queue::{ClaimRequest, Claimed, EventData, Finished, Next, Recorded};
@@ -75,6 +75,7 @@ impl batch::Kind for Batch {
     fn run<'a>(
         &'a self,
         tx: &'a Transaction<'a>,
+        prepared: &'a Prepared,
         jobs: &'a mut [Job],
         now: &'a str,
     ) -> BoxFuture<'a, Result<(), BatchError>> {
@@ -85,8 +86,8 @@ impl batch::Kind for Batch {
             // only finds the key busy, and claims it next turn.
             try_join_all(jobs.iter_mut().map(|job| async move {
                 match job {
-                    Job::Claim(req, slot) => slot.set(claim(tx, req, now).await?),
-                    Job::Finish(f, slot) => slot.set(finish(tx, f, now).await?),
+                    Job::Claim(req, slot) => slot.set(claim(tx, prepared, req, now).await?),
+                    Job::Finish(f, slot) => slot.set(finish(tx, prepared, f, now).await?),
                     Job::Sweep(slot) => slot.set(sweep(tx, now).await?),
                     Job::Prune(rule, at, slot) => slot.set(prune(tx, rule, *at).await?),
                 }
@@ -109,6 +110,7 @@ impl batch::Kind for Batch {
 
 async fn claim(
     tx: &Transaction<'_>,
+    prepared: &Prepared,
     req: &ClaimRequest,
     now: &str,
 ) -> Result<Vec<Claimed>, tokio_postgres::Error> {
@@ -145,8 +147,9 @@ async fn claim(
     // is ahead cannot take another's live lease for expired.
     let lease_seconds = req.lease.as_secs_f64();
     let limit = req.limit as i64;
-    let rows = tx
-        .query(
+    let update = prepared
+        .get(
+            tx,
             &format!(
                 "UPDATE deliveries
                     SET state = 'in_flight', attempts = attempts + 1,
@@ -160,6 +163,11 @@ async fn claim(
                            FOR NO KEY UPDATE SKIP LOCKED)
                  RETURNING id, event, attempts, schedule_base, idempotency_key"
             ),
+        )
+        .await?;
+    let rows = tx
+        .query(
+            &update,
             &[&req.source, &req.target, &now, &lease_seconds, &limit],
         )
         .await?;
@@ -188,6 +196,7 @@ async fn claim(
 
 async fn finish(
     tx: &Transaction<'_>,
+    prepared: &Prepared,
     f: &Finished,
     now: &str,
 ) -> Result<Recorded, tokio_postgres::Error> {
@@ -203,8 +212,9 @@ async fn finish(
     // One statement, as SQLite's four: the attempt; the delivery's next state, if the
     // attempt still owns it (nothing claimed it since); on delivery, its key's last
     // version; and whether an earlier attempt of it had timed out.
-    let row = tx
-        .query_one(
+    let statement = prepared
+        .get(
+            tx,
             &format!(
                 "WITH attempt AS (
                      INSERT INTO attempts (delivery, number, started_at, duration_ms, outcome,
@@ -238,6 +248,11 @@ async fn finish(
                             AND EXISTS (SELECT 1 FROM attempts
                                          WHERE delivery = $1 AND number < $2 AND ambiguous = 1)"
             ),
+        )
+        .await?;
+    let row = tx
+        .query_one(
+            &statement,
             &[
                 &f.delivery,
                 &attempt,
