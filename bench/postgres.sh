@@ -12,7 +12,8 @@
 #   pg-1         hookinbox on PostgreSQL, one replica
 #   pg-2         two replicas on the same PostgreSQL, 16 connections each (rates summed,
 #                the worse p99)
-# then, once: forwarding from the PostgreSQL inbox to a local sink, one replica and two.
+# then, once: forwarding to a local sink from SQLite, and from PostgreSQL with one replica
+# and with two.
 #
 # PostgreSQL is the tests' throwaway cluster (scripts/pg-test-cluster.sh: Debian's server,
 # its defaults, fsync and synchronous_commit on) on this same machine: the database, both
@@ -124,47 +125,72 @@ PY
     kill -TERM "$pid1" "$pid2"; wait "$pid1" "$pid2" 2>/dev/null || true
 done
 
-# Forwarding from PostgreSQL: events stored while the sink is down, then it comes up; the
-# rate is deliveries accepted per second between the first and the last, as recorded.
-forward() { # $1 = replicas
-    local url p a pids_fwd=() i stored started
-    url=$(new_db)
+# Forwarding: events stored while their target is paused, then it resumes (the sink is up
+# by then, so no attempt fails and waits for a retry); the rate is deliveries accepted per
+# second between the first and the last, as the inbox recorded them.
+forward() { # $1 = sqlite | postgres, $2 = replicas
+    local url="" p a pids_fwd=() i stored started store count_sql first
     sink=$(free_port)
-    for i in $(seq "$1"); do
+    "$bin/hookinbox-loadgen" bare --listen "127.0.0.1:$sink" >/dev/null 2>&1 & sinkpid=$!
+    wait_port "$sink"
+    if [ "$1" = postgres ]; then
+        url=$(new_db)
+        store="backend = \"postgres\"
+url = \"$url\""
+    else
+        store='synchronous = "full"'
+    fi
+    for i in $(seq "$2"); do
         p=$(free_port); a=$(free_port)
-        config "$work/fwd$i.toml" "$p" "$a" "backend = \"postgres\"
-url = \"$url\"" "[[sources.targets]]
+        config "$work/fwd-$1-$i.toml" "$p" "$a" "$store" "[[sources.targets]]
 name = \"sink\"
 url = \"http://127.0.0.1:$sink/sink\"
 concurrency = 32"
-        pids_fwd+=("$(start "$work/fwd$i.toml")"); wait_port "$p"
+        pids_fwd+=("$(start "$work/fwd-$1-$i.toml")"); wait_port "$p"
         if [ "$i" = 1 ]; then first=$p; fi
     done
+    if [ -n "$url" ]; then
+        psql_at "$url" -c "INSERT INTO paused_targets VALUES ('bench', 'sink', '2026-01-01T00:00:00.000Z', 'bench')"
+    else
+        "$bin/hookinbox" pause bench/sink --config "$work/fwd-$1-1.toml" >/dev/null
+    fi
     send "http://127.0.0.1:$first" "$conns" >/dev/null
-    stored=$(psql_at "$url" -c "SELECT count(*) FROM events")
-    "$bin/hookinbox-loadgen" bare --listen "127.0.0.1:$sink" >/dev/null 2>&1 & sinkpid=$!
+    if [ -n "$url" ]; then
+        stored=$(psql_at "$url" -c "SELECT count(*) FROM events")
+        psql_at "$url" -c "DELETE FROM paused_targets"
+    else
+        stored=$(sqlite3 "$work/fwd-$1-1.db" "SELECT count(*) FROM events")
+        "$bin/hookinbox" resume bench/sink --config "$work/fwd-$1-1.toml" >/dev/null
+    fi
+    count_sql="SELECT count(*) FROM deliveries WHERE state = 'delivered'"
     started=$(date +%s)
-    while [ "$(psql_at "$url" -c "SELECT count(*) FROM deliveries WHERE state = 'delivered'")" -lt "$stored" ]; do
+    while [ "$(if [ -n "$url" ]; then psql_at "$url" -c "$count_sql"; else sqlite3 "$work/fwd-$1-1.db" "$count_sql"; fi)" -lt "$stored" ]; do
         sleep 0.5
         if [ $(($(date +%s) - started)) -gt 300 ]; then echo "forwarding did not finish" >&2; break; fi
     done
-    psql_at "$url" -c "SELECT round(count(*) / extract(epoch FROM max(updated_at::timestamptz) - min(updated_at::timestamptz)))
-                         FROM deliveries WHERE state = 'delivered'"
-    echo "$stored" >"$work/forwarded$1"
+    if [ -n "$url" ]; then
+        psql_at "$url" -c "SELECT round(count(*) / extract(epoch FROM max(updated_at::timestamptz) - min(updated_at::timestamptz)))
+                             FROM deliveries WHERE state = 'delivered'"
+    else
+        sqlite3 "$work/fwd-$1-1.db" "SELECT round(count(*) / ((julianday(max(updated_at)) - julianday(min(updated_at))) * 86400.0))
+                                     FROM deliveries WHERE state = 'delivered'"
+    fi
+    echo "$stored" >"$work/forwarded-$1-$2"
     kill -TERM "${pids_fwd[@]}"; wait "${pids_fwd[@]}" 2>/dev/null || true
     kill "$sinkpid"; wait "$sinkpid" 2>/dev/null || true
 }
-fwd1=$(forward 1)
-fwd2=$(forward 2)
+fwd_sqlite=$(forward sqlite 1)
+fwd1=$(forward postgres 1)
+fwd2=$(forward postgres 2)
 
 printf '\n%s rounds of %s s, 32 connections, 1.5 KB bodies, unique ids; events/s and p50 are\n' "$rounds" "$seconds"
 printf 'medians, p99 the worst round; a ratio is the median of the rounds'"'"' ratios (each run\n'
 printf 'against the ceiling of its own round), range in brackets. Forwarding runs once, against\n'
 printf 'the median ceiling.\n'
 printf '\n| run | events/s | ratio to ceiling | p50 ms | p99 ms |\n|---|---:|---:|---:|---:|\n'
-python3 - "$work" "$fwd1" "$fwd2" <<'PY'
+python3 - "$work" "$fwd_sqlite" "$fwd1" "$fwd2" <<'PY'
 import json, statistics, sys
-work, fwd1, fwd2 = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+work, fwd_sqlite, fwd1, fwd2 = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
 def load(name):
     return [json.loads(l) for l in open(f"{work}/{name}.jsonl")]
 ceiling = load("ceiling")
@@ -177,13 +203,15 @@ for name, label in names.items():
           f"| {statistics.median(ratios):.2f} [{min(ratios):.2f}–{max(ratios):.2f}] "
           f"| {statistics.median(r['p50_ms'] for r in runs)} | {max(r['p99_ms'] for r in runs)} |")
 c = statistics.median(r["per_second"] for r in ceiling)
+print(f"| forward from SQLite | {fwd_sqlite:.0f} | {fwd_sqlite / c:.2f} | | |")
 print(f"| forward from PostgreSQL, 1 replica | {fwd1:.0f} | {fwd1 / c:.2f} | | |")
 print(f"| forward from PostgreSQL, 2 replicas | {fwd2:.0f} | {fwd2 / c:.2f} | | |")
 bad = {n: "/".join(str(sum(r[k] for r in load(n))) for k in ("non_2xx", "errors"))
        for n in ("sqlite", "pg-1", "pg-2")}
 print("\nnon-2xx / errors over all rounds: " + ", ".join(f"{n} {v}" for n, v in bad.items()))
 PY
-printf 'forwarded: %s events (1 replica), %s (2 replicas)\n' "$(cat "$work/forwarded1")" "$(cat "$work/forwarded2")"
+printf 'forwarded: %s events from SQLite, %s from PostgreSQL with 1 replica, %s with 2\n' \
+    "$(cat "$work/forwarded-sqlite-1")" "$(cat "$work/forwarded-postgres-1")" "$(cat "$work/forwarded-postgres-2")"
 for db in $(psql_at "$server" -c "SELECT datname FROM pg_database WHERE datname LIKE 'bench\_$$\_%'"); do
     psql_at "$server" -c "DROP DATABASE $db" || true
 done
