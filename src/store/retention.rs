@@ -283,24 +283,10 @@ pub async fn apply(
     rules: &[Rule],
     stop: &watch::Receiver<bool>,
 ) -> Result<Pruned, super::writer::WriteError> {
-    let mut total = Pruned::default();
-    for rule in rules {
-        loop {
-            if *stop.borrow() {
-                return Ok(total);
-            }
-            let rule = rule.clone();
-            let done = writer
-                .job(move |conn, _| prune_chunk(conn, &rule, SystemTime::now()))
-                .await?;
-            total.add(done);
-            if done.total() == 0 {
-                break;
-            }
-            // Let webhooks in between chunks.
-            tokio::task::yield_now().await;
-        }
-    }
+    let mut total = chunk_by_chunk(rules, stop, |rule| {
+        writer.job(move |conn, _| prune_chunk(conn, &rule, SystemTime::now()))
+    })
+    .await?;
     while !*stop.borrow() {
         let released = writer
             .job(|conn, _| super::release_free_pages(conn))
@@ -314,20 +300,24 @@ pub async fn apply(
     Ok(total)
 }
 
-/// [`apply`] on a PostgreSQL inbox: chunk by chunk through its queue batcher (PostgreSQL
-/// gives freed space back to itself; its autovacuum reuses it).
-async fn apply_pg(
-    inbox: &super::pg::Inbox,
+/// Each rule's chunks, one `prune` call each, until a chunk finds nothing or `stop` is set;
+/// webhooks get their turn between chunks.
+async fn chunk_by_chunk<F, Fut>(
     rules: &[Rule],
     stop: &watch::Receiver<bool>,
-) -> Result<Pruned, super::writer::WriteError> {
+    prune: F,
+) -> Result<Pruned, super::writer::WriteError>
+where
+    F: Fn(Rule) -> Fut,
+    Fut: std::future::Future<Output = Result<Pruned, super::writer::WriteError>>,
+{
     let mut total = Pruned::default();
     for rule in rules {
         loop {
             if *stop.borrow() {
                 return Ok(total);
             }
-            let done = inbox.prune(rule.clone()).await?;
+            let done = prune(rule.clone()).await?;
             total.add(done);
             if done.total() == 0 {
                 break;
@@ -336,6 +326,16 @@ async fn apply_pg(
         }
     }
     Ok(total)
+}
+
+/// [`apply`] on a PostgreSQL inbox: chunk by chunk through its queue batcher (PostgreSQL
+/// gives freed space back to itself; its autovacuum reuses it).
+async fn apply_pg(
+    inbox: &super::pg::Inbox,
+    rules: &[Rule],
+    stop: &watch::Receiver<bool>,
+) -> Result<Pruned, super::writer::WriteError> {
+    chunk_by_chunk(rules, stop, |rule| inbox.prune(rule)).await
 }
 
 /// `serve`'s maintenance: retention every `interval` (the first no later than

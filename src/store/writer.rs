@@ -275,19 +275,7 @@ impl Writer {
             event,
             quiet,
         }));
-        if wait_for_room {
-            self.tx.send(op).await.map_err(|_| WriteError::Stopped)?;
-        } else {
-            self.tx.try_send(op).map_err(|e| match e {
-                mpsc::error::TrySendError::Full(_) => WriteError::QueueFull,
-                mpsc::error::TrySendError::Closed(_) => WriteError::Stopped,
-            })?;
-        }
-        match tokio::time::timeout(COMMIT_WAIT, answer).await {
-            Err(_) => Err(WriteError::TimedOut),
-            Ok(Err(_)) => Err(WriteError::Stopped),
-            Ok(Ok(result)) => result,
-        }
+        queue_and_wait(&self.tx, op, wait_for_room, answer).await
     }
 
     /// Waits until the writer loop has drained everything queued before this call.
@@ -302,6 +290,30 @@ impl Writer {
 
     pub fn health(&self) -> &Health {
         &self.health
+    }
+}
+
+/// Queues `op` and waits for its `answer`, the one way every store's callers do: a full
+/// queue is refused at once unless `wait_for_room` (a request answers 503 rather than wait
+/// into its provider's timeout), and no answer within [`COMMIT_WAIT`] is a timeout.
+pub(super) async fn queue_and_wait<O, T>(
+    queue: &mpsc::Sender<O>,
+    op: O,
+    wait_for_room: bool,
+    answer: oneshot::Receiver<Result<T, WriteError>>,
+) -> Result<T, WriteError> {
+    if wait_for_room {
+        queue.send(op).await.map_err(|_| WriteError::Stopped)?;
+    } else {
+        queue.try_send(op).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => WriteError::QueueFull,
+            mpsc::error::TrySendError::Closed(_) => WriteError::Stopped,
+        })?;
+    }
+    match tokio::time::timeout(COMMIT_WAIT, answer).await {
+        Err(_) => Err(WriteError::TimedOut),
+        Ok(Err(_)) => Err(WriteError::Stopped),
+        Ok(Ok(result)) => result,
     }
 }
 

@@ -19,6 +19,20 @@ async fn database(test: &str) -> Option<String> {
     Some(fresh_database(&server).await)
 }
 
+/// The `sw` source with ordering by `/data/n` and version `/v`; `targets` are its
+/// `[[sources.targets]]` tables.
+fn ordered_source(targets: &str) -> String {
+    format!(
+        r#"
+[[sources]]
+name = "sw"
+scheme = "standard-webhooks"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+order = {{ key = "/data/n", version = "/v" }}
+{targets}"#
+    )
+}
+
 async fn count(db: &tokio_postgres::Client, sql: &str) -> i64 {
     db.query_one(sql, &[]).await.unwrap().get(0)
 }
@@ -126,13 +140,8 @@ async fn deliveries_are_retried_under_one_key_and_ordered_per_key() {
         }
     })
     .await;
-    let sources = format!(
+    let sources = ordered_source(&format!(
         r#"
-[[sources]]
-name = "sw"
-scheme = "standard-webhooks"
-secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
-order = {{ key = "/data/n", version = "/v" }}
 [[sources.targets]]
 name = "app"
 url = "{}"
@@ -140,7 +149,7 @@ retry = ["100ms", "100ms", "100ms"]
 concurrency = 8
 "#,
         sink.url()
-    );
+    ));
     let server = TestServer::start_store(&pg_store(&url), &sources).await;
     let db = pg_connect(&url).await;
     // Two keys, three versions each, sent newest first for key "b".
@@ -606,13 +615,8 @@ async fn migrate_store_copies_a_sqlite_inbox_that_serve_then_continues_on_postgr
         }
     })
     .await;
-    let sources = format!(
+    let sources = ordered_source(&format!(
         r#"
-[[sources]]
-name = "sw"
-scheme = "standard-webhooks"
-secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
-order = {{ key = "/data/n", version = "/v" }}
 [[sources.targets]]
 name = "app"
 url = "{0}"
@@ -622,7 +626,7 @@ name = "audit"
 url = "{0}"
 "#,
         sink.url()
-    );
+    ));
     let dir = tempfile::tempdir().unwrap();
     let db_path = dir.path().join("inbox.db");
     let config_path = dir.path().join("hookinbox.toml");
@@ -1050,20 +1054,15 @@ async fn order_keys_go_one_at_a_time_in_version_order_across_two_replicas() {
     let url = fresh_database_with(&server, ICU).await;
     const HOLD: Duration = Duration::from_millis(30);
     let sink = Sink::start(|_, _| Reply::Hang(HOLD)).await;
-    let sources = format!(
+    let sources = ordered_source(&format!(
         r#"
-[[sources]]
-name = "sw"
-scheme = "standard-webhooks"
-secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
-order = {{ key = "/data/n", version = "/v" }}
 [[sources.targets]]
 name = "app"
 url = "{}"
 concurrency = 8
 "#,
         sink.url()
-    );
+    ));
     let a = TestServer::start_store(&pg_store(&url), &sources).await;
     let b = TestServer::start_store(&pg_store(&url), &sources).await;
     let db = pg_connect(&url).await;

@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::{Client, Statement, Transaction};
 
 use crate::pg::{Connector, connection_lost, describe};
-use crate::store::writer::{COMMIT_WAIT, Health, MAX_BATCH, WriteError};
+use crate::store::writer::{Health, MAX_BATCH, WriteError};
 
 pub enum Op<J> {
     Job(J),
@@ -111,29 +111,15 @@ const PROBE_WHEN_IDLE: Duration = Duration::from_secs(5);
 /// the batch is refused: a request hears 503, which is honest either way.
 const BATCH_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// Queues a job made by `make` and waits for its result, as [`crate::store::writer`]'s
-/// callers do: a full queue is refused at once when `wait_for_room` is false (a request
-/// answers 503 rather than wait into its provider's timeout).
+/// Queues a job made by `make` and waits for its result, as the SQLite writer's callers
+/// do ([`crate::store::writer::queue_and_wait`]).
 pub async fn submit<J, T>(
     queue: &mpsc::Sender<Op<J>>,
     wait_for_room: bool,
     make: impl FnOnce(oneshot::Sender<Result<T, WriteError>>) -> J,
 ) -> Result<T, WriteError> {
     let (reply, answer) = oneshot::channel();
-    let op = Op::Job(make(reply));
-    if wait_for_room {
-        queue.send(op).await.map_err(|_| WriteError::Stopped)?;
-    } else {
-        queue.try_send(op).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => WriteError::QueueFull,
-            mpsc::error::TrySendError::Closed(_) => WriteError::Stopped,
-        })?;
-    }
-    match tokio::time::timeout(COMMIT_WAIT, answer).await {
-        Err(_) => Err(WriteError::TimedOut),
-        Ok(Err(_)) => Err(WriteError::Stopped),
-        Ok(Ok(result)) => result,
-    }
+    crate::store::writer::queue_and_wait(queue, Op::Job(make(reply)), wait_for_room, answer).await
 }
 
 /// The batcher's loop; ends when every sender is dropped and the queue is drained.
