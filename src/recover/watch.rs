@@ -44,6 +44,29 @@ struct State {
     closed: Vec<Run>,
 }
 
+/// The most closed runs kept for the next heartbeat. Beyond it (a forged request between
+/// every genuine one, or heartbeats that cannot be written, or none at all: PostgreSQL has
+/// no heartbeat yet) the newest runs merge into the last one kept: one wider gap rather
+/// than memory without bound.
+const MAX_CLOSED: usize = 64;
+
+impl State {
+    fn close(&mut self, run: Run) {
+        if self.closed.len() < MAX_CLOSED {
+            self.closed.push(run);
+            return;
+        }
+        let last = self.closed.last_mut().expect("MAX_CLOSED is above zero");
+        last.last = run.last;
+        for (status, n) in run.refused {
+            match last.refused.iter_mut().find(|(s, _)| *s == status) {
+                Some((_, count)) => *count += n,
+                None => last.refused.push((status, n)),
+            }
+        }
+    }
+}
+
 impl Watch {
     /// The state of `source`, made on first use and kept across reloads.
     pub fn source(&self, source: &str) -> Arc<SourceWatch> {
@@ -83,9 +106,10 @@ impl Watch {
                 .state
                 .lock()
                 .expect("no panics while holding the lock");
-            let mut closed = beat.closed;
-            closed.append(&mut state.closed);
-            state.closed = closed;
+            let newer = std::mem::take(&mut state.closed);
+            for run in beat.closed.into_iter().chain(newer) {
+                state.close(run);
+            }
         }
     }
 }
@@ -116,7 +140,7 @@ impl SourceWatch {
         }
         let mut state = self.state.lock().expect("no panics while holding the lock");
         if let Some(run) = state.open.take() {
-            state.closed.push(run);
+            state.close(run);
         }
         self.open.store(false, Ordering::Release);
     }
@@ -178,6 +202,29 @@ pub async fn heartbeat(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn closed_runs_without_a_heartbeat_stay_bounded_and_merge_into_one_wider_gap() {
+        let watch = Watch::default();
+        let source = watch.source("a");
+        for _ in 0..1000 {
+            source.refused(401);
+            source.accepted();
+        }
+        let beats = watch.beats(&["a".into()]);
+        let closed = &beats[0].closed;
+        assert_eq!(closed.len(), MAX_CLOSED);
+        let refused: u64 = closed.iter().map(Run::count).sum();
+        assert_eq!(refused, 1000, "every refusal is still counted");
+        assert!(closed[MAX_CLOSED - 1].since <= closed[MAX_CLOSED - 1].last);
+        // Given back after a failed write, and more closed meanwhile: still bounded.
+        source.refused(503);
+        source.accepted();
+        watch.give_back(beats);
+        let again = watch.beats(&["a".into()]);
+        assert_eq!(again[0].closed.len(), MAX_CLOSED);
+        assert_eq!(again[0].closed.iter().map(Run::count).sum::<u64>(), 1001);
+    }
+
     use super::*;
 
     #[test]
