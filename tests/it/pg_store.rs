@@ -1207,3 +1207,83 @@ async fn a_timed_out_attempt_is_ambiguous_until_its_retry_is_delivered() {
     assert_eq!(received[0].key(), received[1].key());
     server.stop().await;
 }
+
+/// Two replicas over one database, 50 identical deliveries at once spread over both: one
+/// event stored, every answer 200. Then 40 racing versions of one id: one stored, the other
+/// quarantined once with every sighting counted, its senders answered 409, wherever they
+/// landed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_duplicates_and_racing_versions_across_two_replicas() {
+    let Some(url) = database("pg_store::concurrent_duplicates").await else {
+        return;
+    };
+    let replicas = std::sync::Arc::new([
+        TestServer::start_store(&pg_store(&url), ONE_SOURCE).await,
+        TestServer::start_store(&pg_store(&url), ONE_SOURCE).await,
+    ]);
+    let db = pg_connect(&url).await;
+    let storm =
+        std::sync::Arc::new(replicas[0].sign("sw", "msg_storm", &event_body("msg_storm", "storm")));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..50 {
+        let (replicas, req) = (replicas.clone(), storm.clone());
+        tasks.spawn(async move { replicas[i % 2].post("sw", &req).await });
+    }
+    for answer in tasks.join_all().await {
+        assert_eq!(answer, (200, "accepted\n".into()));
+    }
+    assert_eq!(count(&db, "SELECT count(*) FROM events").await, 1);
+    assert_eq!(count(&db, "SELECT count(*) FROM deliveries").await, 1);
+    assert_eq!(count(&db, "SELECT count(*) FROM conflicts").await, 0);
+
+    let a = std::sync::Arc::new(replicas[0].sign(
+        "sw",
+        "msg_race",
+        &event_body("msg_race", "version-a"),
+    ));
+    let b = std::sync::Arc::new(replicas[0].sign(
+        "sw",
+        "msg_race",
+        &event_body("msg_race", "version-b"),
+    ));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..40 {
+        let replicas = replicas.clone();
+        let req = if i % 2 == 0 { a.clone() } else { b.clone() };
+        // Each version goes to both replicas.
+        tasks.spawn(async move { (i % 2, replicas[(i / 2) % 2].post("sw", &req).await.0) });
+    }
+    let mut statuses = [Vec::new(), Vec::new()];
+    for (which, status) in tasks.join_all().await {
+        statuses[which].push(status);
+    }
+    let stored: Vec<u8> = db
+        .query_one(
+            "SELECT body FROM event_payloads WHERE event_id = 'msg_race'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(stored == a.body || stored == b.body);
+    let winner = if stored == a.body { 0 } else { 1 };
+    assert!(statuses[winner].iter().all(|s| *s == 200), "{statuses:?}");
+    assert!(
+        statuses[1 - winner].iter().all(|s| *s == 409),
+        "{statuses:?}"
+    );
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(*) FROM events WHERE event_id = 'msg_race'"
+        )
+        .await,
+        1
+    );
+    assert_eq!(count(&db, "SELECT count(*) FROM conflicts").await, 1);
+    assert_eq!(count(&db, "SELECT seen FROM conflicts").await, 20);
+    let replicas = std::sync::Arc::try_unwrap(replicas).ok().unwrap();
+    for r in replicas {
+        r.stop().await;
+    }
+}

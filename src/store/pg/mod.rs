@@ -12,9 +12,9 @@
 //!
 //! Across replicas, PostgreSQL decides: identity is a unique constraint (two replicas
 //! receiving the same event at once store it once, the second hears "duplicate"), claims
-//! take their rows `FOR UPDATE SKIP LOCKED` under a per-target advisory lock (see
-//! [`queue`]), and migrations run under an advisory lock, so replicas starting together
-//! migrate once.
+//! take their rows `FOR NO KEY UPDATE SKIP LOCKED`, an ordered target's under its advisory
+//! lock (see [`queue`]), and migrations run under an advisory lock, so replicas starting
+//! together migrate once.
 
 mod batch;
 mod ingest;
