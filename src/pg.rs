@@ -78,12 +78,55 @@ impl Connector {
     }
 }
 
+/// One connection shared by concurrent callers (tokio-postgres pipelines their queries),
+/// made on first use and again after it broke.
+#[derive(Default)]
+pub struct Shared(tokio::sync::Mutex<Option<std::sync::Arc<Client>>>);
+
+impl Shared {
+    /// The connection, made through `connector` if there is none or it closed.
+    pub async fn get(
+        &self,
+        connector: &Connector,
+    ) -> Result<std::sync::Arc<Client>, tokio_postgres::Error> {
+        let mut held = self.0.lock().await;
+        if let Some(c) = held.as_ref().filter(|c| !c.is_closed()) {
+            return Ok(c.clone());
+        }
+        let client = std::sync::Arc::new(connector.connect().await?);
+        *held = Some(client.clone());
+        Ok(client)
+    }
+
+    /// Forgets `used` (it broke, or timed out), unless another caller already replaced it.
+    pub async fn forget(&self, used: &std::sync::Arc<Client>) {
+        let mut held = self.0.lock().await;
+        if held
+            .as_ref()
+            .is_some_and(|c| std::sync::Arc::ptr_eq(c, used))
+        {
+            *held = None;
+        }
+    }
+}
+
 async fn drive<T>(connection: T)
 where
     T: std::future::Future<Output = Result<(), tokio_postgres::Error>>,
 {
     if let Err(e) = connection.await {
         tracing::debug!(error = %e, "a PostgreSQL connection ended");
+    }
+}
+
+/// PostgreSQL's text holds no NUL, which JSON (`\u0000`) and an HTTP answer may: such text
+/// is written with U+FFFD in its place, so that the event stays storable and deliverable
+/// (the inbox, a `postgres` target's table, a migrated inbox alike).
+pub fn text(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.contains('\0') {
+        s.replace('\0', "\u{fffd}").into()
+    } else {
+        s.into()
     }
 }
 

@@ -235,11 +235,12 @@ impl Value {
 fn from_sqlite(v: ValueRef<'_>, kind: Kind, cleaned: &mut u64) -> anyhow::Result<Value> {
     let text = |s: &[u8], cleaned: &mut u64| {
         let s = String::from_utf8_lossy(s);
-        if s.contains('\0') {
-            *cleaned += 1;
-            s.replace('\0', "\u{fffd}")
-        } else {
-            s.into_owned()
+        match crate::pg::text(&s) {
+            std::borrow::Cow::Borrowed(_) => s.into_owned(),
+            std::borrow::Cow::Owned(replaced) => {
+                *cleaned += 1;
+                replaced
+            }
         }
     };
     Ok(match (kind, v) {

@@ -286,25 +286,22 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let metrics = Arc::new(Metrics::new());
     let store_path = config.store.path.clone();
-    let (store, sqlite) = match &config.store.backend {
+    // The store, the SQLite parts serve holds besides it, and the inbox as the log names it.
+    let (store, sqlite, inbox_name) = match &config.store.backend {
         Backend::Sqlite => {
             let sqlite = open_sqlite(&config, &metrics)?;
             let store = Store::Sqlite {
                 writer: sqlite.writer.clone(),
                 readers: sqlite.readers.clone(),
             };
-            (store, Some(sqlite))
+            (store, Some(sqlite), store_path.display().to_string())
         }
         Backend::Postgres(pg) => {
             let inbox = store::pg::Inbox::start(pg, metrics.clone())
                 .await
                 .with_context(|| format!("opening the PostgreSQL inbox at {}", pg.url))?;
-            (Store::Postgres(inbox), None)
+            (Store::Postgres(inbox), None, pg.url.clone())
         }
-    };
-    let inbox_name = match &config.store.backend {
-        Backend::Sqlite => store_path.display().to_string(),
-        Backend::Postgres(pg) => pg.url.clone(),
     };
 
     let public = TcpListener::bind(config.server.listen)

@@ -9,22 +9,18 @@
 //! pipelines the target's concurrent attempts over it. TLS is rustls on ring: off to this
 //! machine, else verified (the system's roots, or `ca`) with the host name checked.
 
-use std::sync::Arc;
 use std::time::Duration;
-
-use tokio::sync::Mutex;
-use tokio_postgres::Client;
 
 use super::{Attempt, Result_, Verdict};
 use crate::config::PostgresTarget;
-use crate::pg::{Connector, connection_lost};
+use crate::pg::{Connector, Shared, connection_lost};
 
 pub struct PgTarget {
     connector: Connector,
     /// The insert, with the table's name quoted once here.
     insert: String,
     timeout: Duration,
-    client: Mutex<Option<Arc<Client>>>,
+    client: Shared,
 }
 
 /// How much sooner than the attempt's timeout the server gives up a statement (or a lock it
@@ -54,27 +50,8 @@ impl PgTarget {
             )?,
             insert: insert_statement(&target.table),
             timeout,
-            client: Mutex::new(None),
+            client: Shared::default(),
         })
-    }
-
-    /// The connection, made if there is none (or it closed).
-    async fn client(&self) -> Result<Arc<Client>, tokio_postgres::Error> {
-        let mut held = self.client.lock().await;
-        if let Some(c) = held.as_ref().filter(|c| !c.is_closed()) {
-            return Ok(c.clone());
-        }
-        let client = Arc::new(self.connector.connect().await?);
-        *held = Some(client.clone());
-        Ok(client)
-    }
-
-    /// Forgets `used`, unless another attempt has already replaced it.
-    async fn forget(&self, used: &Arc<Client>) {
-        let mut held = self.client.lock().await;
-        if held.as_ref().is_some_and(|c| Arc::ptr_eq(c, used)) {
-            *held = None;
-        }
     }
 
     /// One attempt within the target's timeout. Connecting is never ambiguous (nothing was
@@ -82,7 +59,8 @@ impl PgTarget {
     /// have been committed without our hearing.
     pub async fn send(&self, a: &Attempt<'_>) -> Result_ {
         let deadline = tokio::time::Instant::now() + self.timeout;
-        let client = match tokio::time::timeout_at(deadline, self.client()).await {
+        let client = match tokio::time::timeout_at(deadline, self.client.get(&self.connector)).await
+        {
             Ok(Ok(c)) => c,
             Ok(Err(e)) => return Result_::failed(describe(&e)),
             Err(_) => {
@@ -95,7 +73,7 @@ impl PgTarget {
         let headers = serde_json::to_string(a.headers).expect("strings always serialise");
         // PostgreSQL's text holds no NUL, which a provider's type may (JSON allows \u0000):
         // the event must stay deliverable whatever its type says.
-        let event_type = a.event_type.map(|t| t.replace('\0', "\u{fffd}"));
+        let event_type = a.event_type.map(crate::pg::text);
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
             &a.idempotency_key,
             &a.source,
@@ -120,19 +98,19 @@ impl PgTarget {
                 // The server's refusal: nothing committed. A standby or a server going
                 // down is not to be asked again on this connection.
                 if connection_lost(&e) {
-                    self.forget(&client).await;
+                    self.client.forget(&client).await;
                 }
                 Result_::failed(describe(&e))
             }
             Ok(Err(e)) => {
-                self.forget(&client).await;
+                self.client.forget(&client).await;
                 Result_::timed_out(format!(
                     "{} (the insert may have been committed)",
                     describe(&e)
                 ))
             }
             Err(_) => {
-                self.forget(&client).await;
+                self.client.forget(&client).await;
                 Result_::timed_out(format!(
                     "no answer from PostgreSQL within {}",
                     humantime::format_duration(self.timeout)

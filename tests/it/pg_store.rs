@@ -15,8 +15,24 @@ const ICU: &str = "LOCALE_PROVIDER icu ICU_LOCALE 'en' TEMPLATE template0";
 
 /// A fresh database on the test cluster, or None after `skip` said why there is none.
 async fn database(test: &str) -> Option<String> {
+    database_with(test, "").await
+}
+
+/// [`database`] made with `CREATE DATABASE` options (see [`ICU`]).
+async fn database_with(test: &str, options: &str) -> Option<String> {
     let server = postgres(test)?;
-    Some(fresh_database(&server).await)
+    Some(fresh_database_with(&server, options).await)
+}
+
+/// The stored body of the event with this id, byte for byte.
+async fn payload(db: &tokio_postgres::Client, event_id: &str) -> Vec<u8> {
+    db.query_one(
+        "SELECT body FROM event_payloads WHERE event_id = $1",
+        &[&event_id],
+    )
+    .await
+    .unwrap()
+    .get(0)
 }
 
 /// The `sw` source with ordering by `/data/n` and version `/v`; `targets` are its
@@ -599,12 +615,11 @@ async fn postgres_stopped_under_load_answers_503_and_ingest_resumes() {
 /// still a duplicate, pending deliveries go out under their keys, new events get new ids).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn migrate_store_copies_a_sqlite_inbox_that_serve_then_continues_on_postgres() {
-    let Some(server) = postgres("pg_store::migrate_store_copies") else {
-        return;
-    };
     // Keys of mixed case, which this collation sorts otherwise than SQLite: the tables read
     // back must still compare equal.
-    let url = fresh_database_with(&server, ICU).await;
+    let Some(url) = database_with("pg_store::migrate_store_copies", ICU).await else {
+        return;
+    };
     let accepting = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
     let gate = accepting.clone();
     let sink = Sink::start(move |_, _| {
@@ -731,14 +746,7 @@ url = "{0}"
             "{t}"
         );
     }
-    let body: Vec<u8> = db
-        .query_one(
-            "SELECT body FROM event_payloads WHERE event_id = 'msg_mig_bin'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let body = payload(&db, "msg_mig_bin").await;
     assert_eq!(body, binary);
     // Into a database that is no longer empty: refused, nothing written.
     let to = url.clone();
@@ -1046,12 +1054,11 @@ url = "{}"
 /// version order, whichever replica received each event and whichever claims it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn order_keys_go_one_at_a_time_in_version_order_across_two_replicas() {
-    let Some(server) = postgres("pg_store::order_keys_go_one_at_a_time") else {
-        return;
-    };
     // A collation under which text does not sort byte by byte ('a2' before 'B1'): the
     // versions must still compare as SQLite compares them.
-    let url = fresh_database_with(&server, ICU).await;
+    let Some(url) = database_with("pg_store::order_keys_go_one_at_a_time", ICU).await else {
+        return;
+    };
     const HOLD: Duration = Duration::from_millis(30);
     let sink = Sink::start(|_, _| Reply::Hang(HOLD)).await;
     let sources = ordered_source(&format!(
@@ -1257,14 +1264,7 @@ async fn concurrent_duplicates_and_racing_versions_across_two_replicas() {
     for (which, status) in tasks.join_all().await {
         statuses[which].push(status);
     }
-    let stored: Vec<u8> = db
-        .query_one(
-            "SELECT body FROM event_payloads WHERE event_id = 'msg_race'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let stored = payload(&db, "msg_race").await;
     assert!(stored == a.body || stored == b.body);
     let winner = if stored == a.body { 0 } else { 1 };
     assert!(statuses[winner].iter().all(|s| *s == 200), "{statuses:?}");

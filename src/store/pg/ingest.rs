@@ -14,8 +14,8 @@ use tokio_postgres::Transaction;
 use tokio_postgres::types::ToSql;
 
 use super::batch::{self, BatchError, Prepared, Slot};
-use super::pg_text;
 use crate::metrics::Metrics;
+use crate::pg::text as pg_text;
 use crate::store::ingest::{NewEvent, Origin, Stored};
 use crate::store::writer::WriteError;
 
@@ -116,6 +116,7 @@ struct Row<'a> {
 
 impl<'a> Row<'a> {
     fn new(e: &'a NewEvent) -> Row<'a> {
+        let (order_num, order_text) = e.order.as_ref().map_or((None, None), |(_, v)| version(v));
         Row {
             e,
             source: &e.source,
@@ -127,8 +128,8 @@ impl<'a> Row<'a> {
             provider_time: e.provider_time.map(crate::clock::iso_from_unix),
             size: e.body.len() as i64,
             order_key: e.order.as_ref().map(|(k, _)| pg_text(k)),
-            order_num: e.order.as_ref().and_then(|(_, v)| version(v).0),
-            order_text: e.order.as_ref().and_then(|(_, v)| version(v).1),
+            order_num,
+            order_text,
             targets: e.deliveries.iter().map(|(t, _)| t.as_str()).collect(),
             keys: e.deliveries.iter().map(|(_, k)| k.as_str()).collect(),
         }

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::Client;
 
 use super::commits::Commits;
@@ -34,7 +34,7 @@ use super::queue::{ClaimRequest, Claimed, EventData, Finished, Recorded};
 use super::writer::{Health, QUEUE_CAPACITY, WriteError};
 use crate::config::PgStore;
 use crate::metrics::Metrics;
-use crate::pg::Connector;
+use crate::pg::{Connector, Shared};
 
 pub const SCHEMA: &str = include_str!("../../../schema-postgres.sql");
 
@@ -293,7 +293,7 @@ impl Inbox {
 /// Connections for reads, used in turn; a broken one is made again on its next turn.
 struct Readers {
     connector: Connector,
-    slots: Vec<Mutex<Option<Arc<Client>>>>,
+    slots: Vec<Shared>,
     next: AtomicUsize,
 }
 
@@ -301,23 +301,9 @@ impl Readers {
     fn new(connector: Connector, size: usize) -> Readers {
         Readers {
             connector,
-            slots: (0..size.max(1)).map(|_| Mutex::new(None)).collect(),
+            slots: (0..size.max(1)).map(|_| Shared::default()).collect(),
             next: AtomicUsize::new(0),
         }
-    }
-
-    async fn get(&self, i: usize) -> Result<Arc<Client>, String> {
-        let mut slot = self.slots[i].lock().await;
-        if let Some(c) = slot.as_ref().filter(|c| !c.is_closed()) {
-            return Ok(c.clone());
-        }
-        let client = tokio::time::timeout(CONNECT_TIMEOUT, self.connector.connect())
-            .await
-            .map_err(|_| "connecting to PostgreSQL timed out".to_owned())?
-            .map(Arc::new)
-            .map_err(|e| crate::pg::describe(&e))?;
-        *slot = Some(client.clone());
-        Ok(client)
     }
 
     /// Runs `read` on the next connection within [`READ_TIMEOUT`]. A connection that timed
@@ -327,37 +313,23 @@ impl Readers {
         F: FnOnce(Arc<Client>) -> Fut,
         Fut: std::future::Future<Output = Result<T, tokio_postgres::Error>>,
     {
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
-        let client = self.get(i).await?;
+        let slot = &self.slots[self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len()];
+        let client = tokio::time::timeout(CONNECT_TIMEOUT, slot.get(&self.connector))
+            .await
+            .map_err(|_| "connecting to PostgreSQL timed out".to_owned())?
+            .map_err(|e| crate::pg::describe(&e))?;
         match tokio::time::timeout(READ_TIMEOUT, read(client.clone())).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) => {
                 if crate::pg::connection_lost(&e) {
-                    self.forget(i, &client).await;
+                    slot.forget(&client).await;
                 }
                 Err(crate::pg::describe(&e))
             }
             Err(_) => {
-                self.forget(i, &client).await;
+                slot.forget(&client).await;
                 Err(format!("no answer from PostgreSQL within {READ_TIMEOUT:?}"))
             }
         }
-    }
-
-    async fn forget(&self, i: usize, used: &Arc<Client>) {
-        let mut slot = self.slots[i].lock().await;
-        if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, used)) {
-            *slot = None;
-        }
-    }
-}
-
-/// PostgreSQL's text holds no NUL, which JSON (`\u0000`) and an HTTP answer may: such text
-/// is stored with U+FFFD in its place, so that the event stays storable and deliverable.
-fn pg_text(s: &str) -> std::borrow::Cow<'_, str> {
-    if s.contains('\0') {
-        s.replace('\0', "\u{fffd}").into()
-    } else {
-        s.into()
     }
 }

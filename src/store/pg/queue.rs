@@ -16,7 +16,7 @@ use futures_util::future::{BoxFuture, try_join_all};
 use tokio_postgres::{Client, Transaction};
 
 use super::batch::{self, BatchError, Prepared, Slot};
-use super::pg_text;
+use crate::pg::text as pg_text;
 use crate::store::pause::Paused;
 use crate::store::queue::{ClaimRequest, Claimed, EventData, Finished, Next, Recorded};
 use crate::store::retention::{self, Pruned, Rule};
@@ -32,39 +32,69 @@ pub enum Job {
 
 pub struct Batch;
 
+/// The sort key of an order version kept as `$num` (numeric) and `$text` (text COLLATE
+/// "C"): a version compares as SQLite compares its dynamically typed column, numbers before
+/// text, numbers by value, text byte by byte. The one definition every comparison uses.
+macro_rules! version_key {
+    ($num:literal, $text:literal) => {
+        concat!(
+            "(",
+            $text,
+            " IS NOT NULL, coalesce(",
+            $num,
+            ", 0), coalesce(",
+            $text,
+            ", ''))"
+        )
+    };
+}
+
 /// As the SQLite queue's CLAIMABLE: unordered rows, and per order key the pending delivery
-/// with the lowest version (then id), unless one of that key is in flight. A version
-/// compares as SQLite compares its dynamically typed column: numbers before text, numbers
-/// by value, text byte by byte (the column is COLLATE "C").
-const CLAIMABLE: &str = "(d.order_key IS NULL OR NOT EXISTS (
+/// with the lowest version (then id), unless one of that key is in flight.
+const CLAIMABLE: &str = concat!(
+    "(d.order_key IS NULL OR NOT EXISTS (
         SELECT 1 FROM deliveries o
          WHERE o.source = d.source AND o.target = d.target
            AND o.order_key = d.order_key AND o.id <> d.id
            AND (o.state = 'in_flight'
                 OR (o.state = 'pending'
-                    AND ((o.order_version_text IS NOT NULL, coalesce(o.order_version_num, 0),
-                          coalesce(o.order_version_text, ''))
-                         < (d.order_version_text IS NOT NULL, coalesce(d.order_version_num, 0),
-                            coalesce(d.order_version_text, ''))
+                    AND (",
+    version_key!("o.order_version_num", "o.order_version_text"),
+    " < ",
+    version_key!("d.order_version_num", "d.order_version_text"),
+    "
                          OR ((o.order_version_num, o.order_version_text)
                              IS NOT DISTINCT FROM (d.order_version_num, d.order_version_text)
-                             AND o.id < d.id))))))";
+                             AND o.id < d.id))))))"
+);
 
-/// A delivery's version (`deliveries`) and a key's last delivered one (`order_keys k`) as
-/// sort keys of the same shape.
-const VERSION: &str = "(deliveries.order_version_text IS NOT NULL, \
-     coalesce(deliveries.order_version_num, 0), coalesce(deliveries.order_version_text, ''))";
+/// A delivery's version (`deliveries`) and a key's last delivered one (`order_keys k`).
+const VERSION: &str = version_key!(
+    "deliveries.order_version_num",
+    "deliveries.order_version_text"
+);
+const LAST: &str = version_key!("k.last_num", "k.last_text");
 /// In the upsert of `order_keys`: the version being recorded is newer than the one kept
 /// (SQLite's `max`).
-const NEWER: &str = "(excluded.last_text IS NOT NULL, coalesce(excluded.last_num, 0), \
-     coalesce(excluded.last_text, '')) > (order_keys.last_text IS NOT NULL, \
-     coalesce(order_keys.last_num, 0), coalesce(order_keys.last_text, ''))";
-const LAST: &str = "(k.last_text IS NOT NULL, coalesce(k.last_num, 0), coalesce(k.last_text, ''))";
+const NEWER: &str = concat!(
+    version_key!("excluded.last_num", "excluded.last_text"),
+    " > ",
+    version_key!("order_keys.last_num", "order_keys.last_text")
+);
 
 /// The database's clock as inbox text, and that plus `$4` seconds (a lease).
-const DB_NOW: &str = "to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')";
-const DB_NOW_PLUS_SECONDS_4: &str = "to_char(now() AT TIME ZONE 'UTC' + $4::float8 * interval '1 second', \
-     'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')";
+macro_rules! inbox_text {
+    ($timestamp:literal) => {
+        concat!(
+            "to_char(",
+            $timestamp,
+            ", 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
+        )
+    };
+}
+const DB_NOW: &str = inbox_text!("now() AT TIME ZONE 'UTC'");
+const DB_NOW_PLUS_SECONDS_4: &str =
+    inbox_text!("now() AT TIME ZONE 'UTC' + $4::float8 * interval '1 second'");
 
 const NOT_PAUSED: &str =
     "NOT EXISTS (SELECT 1 FROM paused_targets p WHERE p.source = $1 AND p.target = $2)";
