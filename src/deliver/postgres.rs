@@ -71,13 +71,14 @@ impl PgTarget {
             }
         };
         let headers = serde_json::to_string(a.headers).expect("strings always serialise");
-        // PostgreSQL's text holds no NUL, which a provider's type may (JSON allows \u0000):
-        // the event must stay deliverable whatever its type says.
+        // PostgreSQL's text holds no NUL, which a provider's id or type may (JSON allows
+        // \u0000): the event must stay deliverable whatever they say.
         let event_type = a.event_type.map(crate::pg::text);
+        let event_id = crate::pg::text(a.event_id);
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
             &a.idempotency_key,
             &a.source,
-            &a.event_id,
+            &event_id,
             &event_type,
             &a.received_at,
             &headers,
