@@ -517,7 +517,7 @@ fn judge(
         .iter()
         .map(|(s, t, _, _)| (s.clone(), t.clone()))
         .collect();
-    let paused = store::pause::all(conn)?;
+    let paused = store::pause::all(store::sql::Db::Sqlite(conn))?;
     let at = clock::iso(now);
     for t in stats::targets(conn, &pairs, &since_recent)? {
         // A paused target holds its deliveries on purpose; it is not failing.

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::store::retention::Rule;
+use crate::store::sql::Inbox;
 use crate::{commands, config};
 
 /// The help heading of the options every subcommand takes.
@@ -268,7 +269,7 @@ pub fn run(cli: Cli) -> Exit {
                 eprintln!("error: prune needs the config's retention windows: {e:#}");
                 return Exit::Config;
             }
-            offline_command(&db, offline.as_ref().ok(), &cli.command)
+            offline_command(&db, cli.db.is_some(), offline.as_ref().ok(), &cli.command)
         }
     };
     match result {
@@ -330,39 +331,59 @@ fn with_config(
     }
 }
 
+/// `db` is the SQLite inbox that `--db` (`given`) or the config names.
 fn offline_command(
     db: &Path,
+    given: bool,
     offline: Option<&config::Offline>,
     command: &Command,
 ) -> anyhow::Result<()> {
     let out = &mut std::io::stdout().lock();
-    if let Command::MigrateStore(args) = command {
-        if !db.exists() {
-            anyhow::bail!("no inbox at {}; is --config or --db right?", db.display());
+    // `--db FILE` names a SQLite inbox; otherwise the config says where the inbox is.
+    let inbox = match offline.map(|o| &o.store.backend) {
+        Some(config::Backend::Postgres(pg)) if !given => Inbox::Postgres(pg.clone()),
+        _ => {
+            if !db.exists() {
+                let hint = if matches!(command, Command::MigrateStore(_)) {
+                    ""
+                } else {
+                    " (serve creates it)"
+                };
+                anyhow::bail!(
+                    "no inbox at {}; is --config or --db right?{hint}",
+                    db.display()
+                );
+            }
+            Inbox::Sqlite(db.to_owned())
         }
+    };
+    if let Command::MigrateStore(args) = command {
+        let db = inbox.sqlite_only(
+            "migrate-store",
+            "it copies a SQLite inbox into PostgreSQL; name the SQLite file with --db FILE",
+        )?;
         return commands::migrate_store::run(db, args, out);
     }
-    if let Some(url) = offline.and_then(|o| o.postgres.as_ref()) {
-        anyhow::bail!(
-            "this configuration keeps the inbox in PostgreSQL ({url}); the operator commands \
-             read a SQLite inbox for now: query the database with psql (the same views as \
-             the README's sqlite3 queries)"
-        );
-    }
-    if !db.exists() {
-        anyhow::bail!(
-            "no inbox at {}; is --config or --db right? (serve creates it)",
-            db.display()
-        );
-    }
     match command {
-        Command::Replay(args) => commands::replay::run(db, offline, args, out),
+        Command::Replay(args) => commands::replay::run(&inbox, offline, args, out),
         Command::Pause(args) => {
-            commands::pause::run(db, offline, true, &args.which, args.by.as_deref(), out)
+            commands::pause::run(&inbox, offline, true, &args.which, args.by.as_deref(), out)
         }
-        Command::Resume(args) => commands::pause::run(db, offline, false, args, None, out),
-        Command::Arm(args) => commands::arm::run(db, offline, args, out),
+        Command::Resume(args) => commands::pause::run(&inbox, offline, false, args, None, out),
+        Command::Arm(args) => {
+            let db = inbox.sqlite_only(
+                "arm",
+                "learning a source's secret is not built for PostgreSQL yet; configure the \
+                 secret (`hookinbox check` names it)",
+            )?;
+            commands::arm::run(db, offline, args, out)
+        }
         Command::Prune(args) => {
+            let db = inbox.sqlite_only(
+                "prune",
+                "every serve replica applies the retention windows there each \
+                 store.retention_interval, skipping rows another replica holds",
+            )?;
             let Some(offline) = offline else {
                 anyhow::bail!("prune needs the config's retention windows: pass --config");
             };
@@ -377,8 +398,15 @@ fn offline_command(
                 .collect();
             commands::prune::run(db, &rules, args, out)
         }
-        Command::Backup(args) => commands::backup::run(db, args, out),
-        Command::Events(args) => commands::events::run(db, args, out),
+        Command::Backup(args) => {
+            let db = inbox.sqlite_only(
+                "backup",
+                "back it up with PostgreSQL's own tools (pg_dump, or a base backup and WAL \
+                 archiving for point-in-time recovery)",
+            )?;
+            commands::backup::run(db, args, out)
+        }
+        Command::Events(args) => commands::events::run(&inbox, args, out),
         Command::Show(args) => {
             // `show --body` writes the raw bytes unless stdout is a terminal; decided here so
             // that `show::run` stays testable both ways.
@@ -386,11 +414,18 @@ fn offline_command(
                 terminal: std::io::stdout().is_terminal(),
                 ..args.clone()
             };
-            commands::show::run(db, &args, out)
+            commands::show::run(&inbox, &args, out)
         }
-        Command::Conflicts(args) => commands::conflicts::run(db, args, out),
-        Command::Dead(args) => commands::dead::run(db, args, out),
-        Command::Gaps(args) => commands::gaps::run(db, args, out),
+        Command::Conflicts(args) => commands::conflicts::run(&inbox, args, out),
+        Command::Dead(args) => commands::dead::run(&inbox, args, out),
+        Command::Gaps(args) => {
+            let db = inbox.sqlite_only(
+                "gaps",
+                "the record of when hookinbox was not receiving is not kept there yet (with \
+                 replicas a gap is when every one was down)",
+            )?;
+            commands::gaps::run(db, args, out)
+        }
         Command::Serve
         | Command::MigrateStore(_)
         | Command::Recover(_)

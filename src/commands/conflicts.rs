@@ -3,14 +3,13 @@
 //! original event is untouched.
 
 use std::io::Write;
-use std::path::Path;
 
 use anyhow::Context as _;
 use rusqlite::types::Value;
 use serde::Serialize;
 
 use super::events::{DEFAULT_LIMIT, MAX_LIMIT};
-use crate::store;
+use crate::store::sql::{self, Db, Inbox};
 use crate::terminal::Table;
 
 #[derive(Debug, clap::Args)]
@@ -59,11 +58,10 @@ pub(crate) struct Conflict {
     pub(crate) original_event: Option<i64>,
 }
 
-pub fn run(db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
-    let conn = store::read::open_current(db)
-        .with_context(|| format!("opening the inbox {}", db.display()))?;
-    let conflicts = list(&conn, args.source.as_deref(), args.limit)
-        .with_context(|| format!("reading conflicts from {}", db.display()))?;
+pub fn run(inbox: &Inbox, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
+    let conn = inbox.read()?;
+    let conflicts = list(conn.db(), args.source.as_deref(), args.limit)
+        .with_context(|| format!("reading conflicts from {}", inbox.name()))?;
     drop(conn);
 
     if args.json {
@@ -103,15 +101,11 @@ fn short(hash: &str) -> &str {
 /// Quarantined versions, newest first: the `recent_conflicts` view, so that this listing, the
 /// web inbox and `sqlite3` agree. Only fixed fragments go into the SQL; values are
 /// parameters.
-pub(crate) fn list(
-    conn: &rusqlite::Connection,
-    source: Option<&str>,
-    limit: u32,
-) -> rusqlite::Result<Vec<Conflict>> {
+pub(crate) fn list(db: Db, source: Option<&str>, limit: u32) -> Result<Vec<Conflict>, sql::Error> {
     let mut sql = String::from(
         "SELECT id, last_seen_at, received_at, source, account, event_id, seen,
                 original_sha256, sha256, size, original_event
-           FROM recent_conflicts WHERE 1",
+           FROM recent_conflicts WHERE TRUE",
     );
     let mut params: Vec<Value> = Vec::new();
     if let Some(s) = source {
@@ -120,21 +114,19 @@ pub(crate) fn list(
     }
     sql.push_str(" ORDER BY last_seen_at DESC, id DESC LIMIT ?");
     params.push(Value::Integer(limit.into()));
-    conn.prepare(&sql)?
-        .query_map(rusqlite::params_from_iter(params), |r| {
-            Ok(Conflict {
-                id: r.get(0)?,
-                last_seen_at: r.get(1)?,
-                received_at: r.get(2)?,
-                source: r.get(3)?,
-                account: r.get(4)?,
-                event_id: r.get(5)?,
-                seen: r.get(6)?,
-                original_sha256: r.get(7)?,
-                sha256: r.get(8)?,
-                size: r.get(9)?,
-                original_event: r.get(10)?,
-            })
-        })?
-        .collect()
+    db.rows(&sql, &sql::refs(&params), |r| {
+        Ok(Conflict {
+            id: r.get(0)?,
+            last_seen_at: r.get(1)?,
+            received_at: r.get(2)?,
+            source: r.get(3)?,
+            account: r.get(4)?,
+            event_id: r.get(5)?,
+            seen: r.get(6)?,
+            original_sha256: r.get(7)?,
+            sha256: r.get(8)?,
+            size: r.get(9)?,
+            original_event: r.get(10)?,
+        })
+    })
 }

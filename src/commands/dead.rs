@@ -3,14 +3,13 @@
 //! replay can take: the delivery (`replay --delivery N`) and its event (`replay EVENT`).
 
 use std::io::Write;
-use std::path::Path;
 
 use anyhow::Context as _;
 use rusqlite::types::Value;
 use serde::Serialize;
 
 use super::events::{DEFAULT_LIMIT, MAX_LIMIT};
-use crate::store;
+use crate::store::sql::{self, Db, Dialect, Inbox};
 use crate::terminal::Table;
 
 #[derive(Debug, clap::Args)]
@@ -57,16 +56,15 @@ pub(crate) struct Dead {
     pub(crate) received_at: String,
 }
 
-pub fn run(db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
-    let conn = store::read::open_current(db)
-        .with_context(|| format!("opening the inbox {}", db.display()))?;
+pub fn run(inbox: &Inbox, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
+    let conn = inbox.read()?;
     let dead = list(
-        &conn,
+        conn.db(),
         args.source.as_deref(),
         args.target.as_deref(),
         args.limit,
     )
-    .with_context(|| format!("reading dead deliveries from {}", db.display()))?;
+    .with_context(|| format!("reading dead deliveries from {}", inbox.name()))?;
     drop(conn);
 
     if args.json {
@@ -109,19 +107,23 @@ pub fn run(db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
 /// Dead deliveries, newest first. The tables rather than the `dead_deliveries` view: the view
 /// has no event row id or account, and `show` needs the one to follow up. Same filter and
 /// order as the view, read in that order from `deliveries_dead` (the planner, without
-/// statistics, would rather collect every dead row and sort them). Only fixed fragments go
-/// into the SQL; values are parameters.
+/// statistics, would rather collect every dead row and sort them; PostgreSQL's has them).
+/// Only fixed fragments go into the SQL; values are parameters.
 pub(crate) fn list(
-    conn: &rusqlite::Connection,
+    db: Db,
     source: Option<&str>,
     target: Option<&str>,
     limit: u32,
-) -> rusqlite::Result<Vec<Dead>> {
-    let mut sql = String::from(
+) -> Result<Vec<Dead>, sql::Error> {
+    let deliveries = match db.dialect() {
+        Dialect::Sqlite => "deliveries d INDEXED BY deliveries_dead",
+        Dialect::Postgres => "deliveries d",
+    };
+    let mut sql = format!(
         "SELECT d.id, d.event, d.updated_at, d.source, e.account, e.event_id, d.target,
                 d.attempts, d.last_error, d.idempotency_key, e.received_at
-           FROM deliveries d INDEXED BY deliveries_dead JOIN events e ON e.id = d.event
-          WHERE d.state = 'dead'",
+           FROM {deliveries} JOIN events e ON e.id = d.event
+          WHERE d.state = 'dead'"
     );
     let mut params: Vec<Value> = Vec::new();
     if let Some(s) = source {
@@ -134,21 +136,19 @@ pub(crate) fn list(
     }
     sql.push_str(" ORDER BY d.updated_at DESC, d.id DESC LIMIT ?");
     params.push(Value::Integer(limit.into()));
-    conn.prepare(&sql)?
-        .query_map(rusqlite::params_from_iter(params), |r| {
-            Ok(Dead {
-                delivery: r.get(0)?,
-                event: r.get(1)?,
-                died_at: r.get(2)?,
-                source: r.get(3)?,
-                account: r.get(4)?,
-                event_id: r.get(5)?,
-                target: r.get(6)?,
-                attempts: r.get(7)?,
-                last_error: r.get(8)?,
-                idempotency_key: r.get(9)?,
-                received_at: r.get(10)?,
-            })
-        })?
-        .collect()
+    db.rows(&sql, &sql::refs(&params), |r| {
+        Ok(Dead {
+            delivery: r.get(0)?,
+            event: r.get(1)?,
+            died_at: r.get(2)?,
+            source: r.get(3)?,
+            account: r.get(4)?,
+            event_id: r.get(5)?,
+            target: r.get(6)?,
+            attempts: r.get(7)?,
+            last_error: r.get(8)?,
+            idempotency_key: r.get(9)?,
+            received_at: r.get(10)?,
+        })
+    })
 }

@@ -6,15 +6,14 @@
 //! and an operator's `sqlite3` always agree on what "dead" means.
 
 use std::io::Write;
-use std::path::Path;
 
 use anyhow::Context as _;
-use rusqlite::Connection;
 use rusqlite::types::Value;
 use serde::{Deserialize, Serialize};
 
+use crate::clock;
+use crate::store::sql::{self, Db, Dialect, Inbox};
 use crate::terminal::Table;
-use crate::{clock, store};
 
 /// Rows a listing (`events`, `conflicts`, `dead`) prints unless `--limit` says otherwise:
 /// a screenful or two.
@@ -122,11 +121,14 @@ struct Delivery {
     attempts: i64,
 }
 
-/// One statement reads the page and, per event, its deliveries as a JSON array (SQLite's
-/// JSON functions), so that status and deliveries come from the same snapshot without an
-/// explicit transaction. The WHERE clause is appended from the fixed fragments in
-/// [`filtered`].
-const SELECT: &str = "
+/// One statement reads the page and, per event, its deliveries as a JSON array (the
+/// database's JSON functions), so that status and deliveries come from the same snapshot
+/// without an explicit transaction. The WHERE clause is appended from the fixed fragments
+/// in [`filtered`].
+fn select(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::Sqlite => {
+            "
 SELECT v.id, v.received_at, v.source, v.account, v.event_id, v.event_type, v.size,
        v.status, v.pruned, v.origin,
        (SELECT json_group_array(json_object('target', d.target, 'state', d.state,
@@ -134,23 +136,35 @@ SELECT v.id, v.received_at, v.source, v.account, v.event_id, v.event_type, v.siz
           FROM (SELECT target, state, attempts FROM deliveries
                  WHERE event = v.id ORDER BY id) d)
   FROM recent_events v
- WHERE 1";
+ WHERE TRUE"
+        }
+        Dialect::Postgres => {
+            "
+SELECT v.id, v.received_at, v.source, v.account, v.event_id, v.event_type, v.size,
+       v.status, v.pruned, v.origin,
+       (SELECT json_agg(json_build_object('target', d.target, 'state', d.state,
+                                          'attempts', d.attempts) ORDER BY d.id)
+          FROM deliveries d WHERE d.event = v.id)
+  FROM recent_events v
+ WHERE TRUE"
+        }
+    }
+}
 
-pub fn run(db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
-    let conn = store::read::open_current(db)
-        .with_context(|| format!("opening the inbox {}", db.display()))?;
+pub fn run(inbox: &Inbox, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
+    let conn = inbox.read()?;
     if args.follow {
-        return follow(&conn, db, args, out);
+        return follow(conn.db(), inbox, args, out);
     }
     // One row more than the page: whether it exists says whether there is a next page.
-    let (mut sql, mut params) = filtered(args);
+    let (mut sql, mut params) = filtered(conn.db().dialect(), args);
     if let Some(id) = args.before {
         sql.push_str(" AND v.id < ?");
         params.push(Value::Integer(id));
     }
     sql.push_str(" ORDER BY v.id DESC LIMIT ?");
     params.push(Value::Integer(i64::from(args.limit) + 1));
-    let mut events = read(&conn, db, &sql, params)?;
+    let mut events = read(conn.db(), inbox, &sql, params)?;
     drop(conn);
 
     let limit = args.limit as usize;
@@ -225,16 +239,24 @@ fn cells(e: &Event) -> [String; 9] {
 /// keeps it from using the source index for `--source` (or `events_received` for
 /// `--until`), which would collect every match and sort them all, on every page. `--since`
 /// is left indexable: its window is the newest events, which the index finds without
-/// walking the rest of the table (and sorts only the window).
-fn filtered(args: &Args) -> (String, Vec<Value>) {
-    let mut sql = String::from(SELECT);
+/// walking the rest of the table (and sorts only the window). PostgreSQL's planner has
+/// statistics to choose by, and no unary `+` on text.
+fn filtered(dialect: Dialect, args: &Args) -> (String, Vec<Value>) {
+    let mut sql = String::from(select(dialect));
+    let unindexed = match dialect {
+        Dialect::Sqlite => "+",
+        Dialect::Postgres => "",
+    };
     let mut params: Vec<Value> = Vec::new();
     let mut filter = |clause: &str, value: Value| {
         sql.push_str(clause);
         params.push(value);
     };
     if let Some(s) = &args.source {
-        filter(" AND +v.source = ?", Value::Text(s.clone()));
+        filter(
+            &format!(" AND {unindexed}v.source = ?"),
+            Value::Text(s.clone()),
+        );
     }
     if let Some(s) = args.status {
         filter(" AND v.status = ?", Value::Text(s.as_str().into()));
@@ -243,7 +265,10 @@ fn filtered(args: &Args) -> (String, Vec<Value>) {
         filter(" AND v.received_at >= ?", Value::Text(t.clone()));
     }
     if let Some(t) = &args.until {
-        filter(" AND +v.received_at < ?", Value::Text(t.clone()));
+        filter(
+            &format!(" AND {unindexed}v.received_at < ?"),
+            Value::Text(t.clone()),
+        );
     }
     (sql, params)
 }
@@ -251,118 +276,220 @@ fn filtered(args: &Args) -> (String, Vec<Value>) {
 /// Runs a query built on [`SELECT`]. Collected before returning, so that the statement is
 /// reset and holds no read snapshot open (which would keep the WAL from being
 /// checkpointed while `--follow` waits).
-fn read(conn: &Connection, db: &Path, sql: &str, params: Vec<Value>) -> anyhow::Result<Vec<Event>> {
-    conn.prepare(sql)
-        .and_then(|mut stmt| {
-            stmt.query_map(rusqlite::params_from_iter(params), |r| {
-                Ok((
-                    Event {
-                        id: r.get(0)?,
-                        received_at: r.get(1)?,
-                        source: r.get(2)?,
-                        account: r.get(3)?,
-                        event_id: r.get(4)?,
-                        event_type: r.get(5)?,
-                        size: r.get(6)?,
-                        status: r.get(7)?,
-                        pruned: r.get(8)?,
-                        origin: r.get(9)?,
-                        deliveries: Vec::new(),
-                    },
-                    r.get::<_, Option<String>>(10)?,
-                ))
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()
-        })
-        .with_context(|| format!("reading events from {}", db.display()))?
-        .into_iter()
-        .map(|(mut e, deliveries)| {
-            // Built by SQLite's json_group_array just above, so it parses; an empty list
-            // when there is nothing.
-            e.deliveries = match deliveries {
-                Some(json) => serde_json::from_str(&json)
-                    .with_context(|| format!("reading the deliveries of event {}", e.id))?,
-                None => Vec::new(),
-            };
-            Ok(e)
-        })
-        .collect()
+fn read(db: Db, inbox: &Inbox, sql: &str, params: Vec<Value>) -> anyhow::Result<Vec<Event>> {
+    db.rows(sql, &sql::refs(&params), |r| {
+        Ok((
+            Event {
+                id: r.get(0)?,
+                received_at: r.get(1)?,
+                source: r.get(2)?,
+                account: r.get(3)?,
+                event_id: r.get(4)?,
+                event_type: r.get(5)?,
+                size: r.get(6)?,
+                status: r.get(7)?,
+                pruned: r.get(8)?,
+                origin: r.get(9)?,
+                deliveries: Vec::new(),
+            },
+            r.get::<Option<String>>(10)?,
+        ))
+    })
+    .with_context(|| format!("reading events from {}", inbox.name()))?
+    .into_iter()
+    .map(|(mut e, deliveries)| {
+        // Built by the database's JSON functions just above, so it parses; an empty
+        // list when there is nothing.
+        e.deliveries = match deliveries {
+            Some(json) => serde_json::from_str(&json)
+                .with_context(|| format!("reading the deliveries of event {}", e.id))?,
+            None => Vec::new(),
+        };
+        Ok(e)
+    })
+    .collect()
 }
 
 /// `--follow`: the newest page, oldest first, then every new event as it is committed, until
 /// SIGINT or SIGTERM (exit 0), or until stdout is closed (a write fails with a broken pipe,
 /// which `cli` takes as the reader's choice, not a failure).
 ///
-/// Each event is looked at once, when its id first appears: ids only grow, since the one
-/// writer inserts them in commit order, so "above the last id seen" is exactly "new".
-/// (Retention deleting the newest row could let its id be used again, which this would not
-/// see; it deletes only events older than `keep_identity`, so only after an inbox had no new
-/// event for that long.)
-fn follow(conn: &Connection, db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
+/// Each event is looked at once, when its id first appears (see [`Cursor`]).
+fn follow(db: Db, inbox: &Inbox, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
+    // Only for the signals: the reads run outside it, since a PostgreSQL connection blocks
+    // on its own runtime.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the runtime that waits for signals")?;
-    runtime.block_on(async {
+    // Before the first line: from then on an interrupt ends the loop between lines.
+    let (mut interrupt, mut terminate) = runtime.block_on(async {
         use tokio::signal::unix::{SignalKind, signal};
-        // Before the first line: from then on an interrupt ends the loop between lines.
-        let mut interrupt = signal(SignalKind::interrupt())?;
-        let mut terminate = signal(SignalKind::terminate())?;
-        let mut rows = Rows::default();
-        let mut seen = newest_id(conn, db)?;
-        let (mut sql, mut params) = filtered(args);
-        sql.push_str(" AND v.id <= ? ORDER BY v.id DESC LIMIT ?");
-        params.extend([Value::Integer(seen), Value::Integer(i64::from(args.limit))]);
-        let mut page = read(conn, db, &sql, params)?;
-        page.reverse();
-        if !args.json {
-            // The first page is known: aligned over it, as a table would be.
-            let header = HEADERS.map(str::to_uppercase);
-            for cells in std::iter::once(header.clone()).chain(page.iter().map(cells)) {
-                rows.widen(&cells);
-            }
-            rows.write(out, &header)?;
+        anyhow::Ok((
+            signal(SignalKind::interrupt())?,
+            signal(SignalKind::terminate())?,
+        ))
+    })?;
+    let mut rows = Rows::default();
+    let seen = newest_id(db, inbox)?;
+    let (mut sql, mut params) = filtered(db.dialect(), args);
+    sql.push_str(" AND v.id <= ? ORDER BY v.id DESC LIMIT ?");
+    params.extend([Value::Integer(seen), Value::Integer(i64::from(args.limit))]);
+    let mut page = read(db, inbox, &sql, params)?;
+    page.reverse();
+    if !args.json {
+        // The first page is known: aligned over it, as a table would be.
+        let header = HEADERS.map(str::to_uppercase);
+        for cells in std::iter::once(header.clone()).chain(page.iter().map(cells)) {
+            rows.widen(&cells);
         }
-        for e in &page {
-            print_followed(e, args.json, &mut rows, out)?;
+        rows.write(out, &header)?;
+    }
+    for e in &page {
+        print_followed(e, args.json, &mut rows, out)?;
+    }
+    out.flush()?;
+    let mut cursor = Cursor::start(db, seen)?;
+    loop {
+        let stop = runtime.block_on(async {
+            tokio::select! {
+                _ = interrupt.recv() => true,
+                _ = terminate.recv() => true,
+                () = tokio::time::sleep(FOLLOW_POLL) => false,
+            }
+        });
+        if stop {
+            return Ok(());
+        }
+        // A burst is read in pages, each a short statement.
+        for range in cursor.new_ids(db, inbox)? {
+            let (mut sql, mut params) = filtered(db.dialect(), args);
+            match range {
+                New::Above(seen, upto) => {
+                    sql.push_str(" AND v.id > ? AND v.id <= ?");
+                    params.extend([Value::Integer(seen), Value::Integer(upto)]);
+                }
+                New::These(ids) => {
+                    let marks = vec!["?"; ids.len()].join(", ");
+                    sql.push_str(&format!(" AND v.id IN ({marks})"));
+                    params.extend(ids.into_iter().map(Value::Integer));
+                }
+            }
+            sql.push_str(" ORDER BY v.id");
+            for e in read(db, inbox, &sql, params)? {
+                print_followed(&e, args.json, &mut rows, out)?;
+            }
         }
         out.flush()?;
-        loop {
-            tokio::select! {
-                _ = interrupt.recv() => return Ok(()),
-                _ = terminate.recv() => return Ok(()),
-                () = tokio::time::sleep(FOLLOW_POLL) => {}
-            }
-            let newest = newest_id(conn, db)?;
-            // Retention deleted every event since the last look (row ids are reused once
-            // the newest row is gone): count on from what is there now.
-            if newest < seen {
-                seen = newest;
-            }
-            // A burst is read in pages, each a short statement.
-            while seen < newest {
-                let (mut sql, mut params) = filtered(args);
-                sql.push_str(" AND v.id > ? AND v.id <= ? ORDER BY v.id LIMIT ?");
-                let upto = newest.min(seen.saturating_add(MAX_LIMIT));
-                params.extend([
-                    Value::Integer(seen),
-                    Value::Integer(upto),
-                    Value::Integer(MAX_LIMIT),
-                ]);
-                for e in read(conn, db, &sql, params)? {
-                    print_followed(&e, args.json, &mut rows, out)?;
+    }
+}
+
+/// Which events `--follow` has not looked at yet.
+enum Cursor {
+    /// SQLite: ids only grow, since the one writer inserts them in commit order, so "above
+    /// the last id seen" is exactly "new". (Retention deleting the newest row could let its
+    /// id be used again, which this would not see; it deletes only events older than
+    /// `keep_identity`, so only after an inbox had no new event for that long.)
+    Last(i64),
+    /// PostgreSQL: replicas take ids from one sequence as they insert, and their
+    /// transactions commit in another order, so an id below the highest seen can still
+    /// appear, until every transaction that took one has ended: a batch commits within
+    /// [`crate::store::pg::BATCH_TIMEOUT`] or is rolled back. So the ids above `settled`
+    /// that were looked at are remembered, and `settled` moves up to the highest id seen
+    /// [`LOOK_BACK`] ago.
+    Window {
+        settled: i64,
+        looked: std::collections::BTreeSet<i64>,
+        marks: std::collections::VecDeque<(std::time::Instant, i64)>,
+    },
+}
+
+/// Past this, no transaction that took an id then is still open (twice the batch timeout).
+const LOOK_BACK: std::time::Duration =
+    std::time::Duration::from_secs(2 * crate::store::pg::BATCH_TIMEOUT.as_secs());
+
+/// New events to read: a range of ids, or these ids.
+enum New {
+    Above(i64, i64),
+    These(Vec<i64>),
+}
+
+impl Cursor {
+    /// After the first page, which showed the events up to `seen`.
+    fn start(db: Db, seen: i64) -> anyhow::Result<Cursor> {
+        Ok(match db.dialect() {
+            Dialect::Sqlite => Cursor::Last(seen),
+            Dialect::Postgres => {
+                // Events committed before the start are taken as looked at; ids just below
+                // `seen` may still be in flight, so the window starts a page of ids back.
+                let settled = seen.saturating_sub(MAX_LIMIT).max(0);
+                let looked = db.rows(
+                    "SELECT id FROM events WHERE id > ? AND id <= ?",
+                    &[&settled, &seen],
+                    |r| r.get(0),
+                )?;
+                Cursor::Window {
+                    settled,
+                    looked: looked.into_iter().collect(),
+                    marks: [(std::time::Instant::now(), seen)].into(),
                 }
-                seen = upto;
             }
-            out.flush()?;
+        })
+    }
+
+    fn new_ids(&mut self, db: Db, inbox: &Inbox) -> anyhow::Result<Vec<New>> {
+        match self {
+            Cursor::Last(seen) => {
+                let newest = newest_id(db, inbox)?;
+                // Retention deleted every event since the last look (row ids are reused
+                // once the newest row is gone): count on from what is there now.
+                if newest < *seen {
+                    *seen = newest;
+                }
+                let mut ranges = Vec::new();
+                while *seen < newest {
+                    let upto = newest.min(seen.saturating_add(MAX_LIMIT));
+                    ranges.push(New::Above(*seen, upto));
+                    *seen = upto;
+                }
+                Ok(ranges)
+            }
+            Cursor::Window {
+                settled,
+                looked,
+                marks,
+            } => {
+                let ids: Vec<i64> = db
+                    .rows(
+                        "SELECT id FROM events WHERE id > ? ORDER BY id",
+                        &[&*settled],
+                        |r| r.get(0),
+                    )
+                    .with_context(|| format!("reading events from {}", inbox.name()))?;
+                let new: Vec<i64> = ids.into_iter().filter(|id| !looked.contains(id)).collect();
+                looked.extend(&new);
+                let highest = looked.last().copied().unwrap_or(*settled);
+                marks.push_back((std::time::Instant::now(), highest));
+                while let Some(&(at, id)) = marks.front()
+                    && at.elapsed() > LOOK_BACK
+                {
+                    *settled = (*settled).max(id);
+                    marks.pop_front();
+                }
+                *looked = looked.split_off(&(*settled + 1));
+                Ok(new
+                    .chunks(crate::store::replay::CHUNK)
+                    .map(|c| New::These(c.to_vec()))
+                    .collect())
+            }
         }
-    })
+    }
 }
 
 /// The highest event id in the inbox, 0 when it has none.
-fn newest_id(conn: &Connection, db: &Path) -> anyhow::Result<i64> {
-    conn.query_row("SELECT coalesce(max(id), 0) FROM events", [], |r| r.get(0))
-        .with_context(|| format!("reading events from {}", db.display()))
+fn newest_id(db: Db, inbox: &Inbox) -> anyhow::Result<i64> {
+    db.value("SELECT coalesce(max(id), 0) FROM events", &[])
+        .with_context(|| format!("reading events from {}", inbox.name()))
 }
 
 fn print_followed(

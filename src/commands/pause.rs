@@ -5,13 +5,11 @@
 //! change within a second and logs it.
 
 use std::io::Write;
-use std::path::Path;
 
-use anyhow::Context as _;
-use rusqlite::{Connection, TransactionBehavior};
 use serde::Serialize;
 
 use crate::config::Offline;
+use crate::store::sql::{Db, Inbox};
 use crate::terminal::escape;
 use crate::{clock, store};
 
@@ -52,31 +50,31 @@ struct Report {
 
 /// Pauses (`pause`) or resumes the target `args` names; `by` is who pauses it.
 pub fn run(
-    db: &Path,
+    inbox: &Inbox,
     config: Option<&Offline>,
     pause: bool,
     args: &Args,
     by: Option<&str>,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
-    let mut conn =
-        store::open_current(db).with_context(|| format!("opening the inbox {}", db.display()))?;
-    let (source, target) = known_target(&conn, config, &args.target, pause)?;
+    let conn = inbox.write()?;
+    let (source, target) = known_target(conn.db(), config, &args.target, pause)?;
     let by = by.map_or_else(user_name, str::to_owned);
     let now = clock::iso_now();
     // One short write transaction: the pause as it was, the change, and the queue it holds
     // are read together.
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let before = store::pause::all(&tx)?
-        .into_iter()
-        .find(|p| p.source == source && p.target == target);
-    let changed = store::pause::set(&tx, &source, &target, pause, &by, &now)?;
-    let pending: i64 = tx.query_row(
-        "SELECT count(*) FROM deliveries WHERE source = ?1 AND target = ?2 AND state = 'pending'",
-        [&source, &target],
-        |r| r.get(0),
-    )?;
-    tx.commit()?;
+    let (before, changed, pending) = conn.db().write(|tx| {
+        let before = store::pause::all(tx)?
+            .into_iter()
+            .find(|p| p.source == source && p.target == target);
+        let changed = store::pause::set(tx, &source, &target, pause, &by, &now)?;
+        let pending: i64 = tx.value(
+            "SELECT count(*) FROM deliveries
+              WHERE source = ?1 AND target = ?2 AND state = 'pending'",
+            &[&source, &target],
+        )?;
+        anyhow::Ok((before, changed, pending))
+    })?;
     let (paused_at, paused_by) = match (&before, changed && pause) {
         (_, true) => (Some(now), Some(by)),
         (Some(p), false) => (Some(p.paused_at.clone()), Some(p.paused_by.clone())),
@@ -128,7 +126,7 @@ fn print(r: &Report, out: &mut impl Write) -> std::io::Result<()> {
 /// without one, of the inbox), with the names there are. A pair that is paused can always
 /// be resumed, even after its target left the config: otherwise its row would be stuck.
 fn known_target(
-    conn: &Connection,
+    db: Db,
     config: Option<&Offline>,
     text: &str,
     pause: bool,
@@ -144,14 +142,16 @@ fn known_target(
             "the configured",
         ),
         None => (
-            conn.prepare("SELECT DISTINCT source, target FROM deliveries ORDER BY 1, 2")?
-                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-                .collect::<rusqlite::Result<_>>()?,
+            db.rows(
+                "SELECT DISTINCT source, target FROM deliveries ORDER BY 1, 2",
+                &[],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?,
             "in the inbox".to_owned(),
             "the inbox's",
         ),
     };
-    let paused: Vec<(String, String)> = store::pause::all(conn)?
+    let paused: Vec<(String, String)> = store::pause::all(db)?
         .into_iter()
         .map(|p| (p.source, p.target))
         .collect();

@@ -10,14 +10,12 @@
 //! module turns the command line into its filter, applies it in chunks, and prints.
 
 use std::io::Write;
-use std::path::Path;
 
-use anyhow::Context as _;
-use rusqlite::{Connection, TransactionBehavior};
 use serde::Serialize;
 
 use crate::config::Offline;
 use crate::store::replay::{CHUNK, Filter, Listed};
+use crate::store::sql::{Db, Inbox};
 use crate::terminal::{Progress, Table};
 use crate::{clock, store};
 
@@ -115,17 +113,17 @@ struct Report {
 }
 
 pub fn run(
-    db: &Path,
+    inbox: &Inbox,
     config: Option<&Offline>,
     args: &Args,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
-    let mut conn =
-        store::open_current(db).with_context(|| format!("opening the inbox {}", db.display()))?;
-    known_names(&conn, config, args)?;
-    let filter = filter(&conn, args)?;
-    let plan = store::replay::plan(&conn, &filter)?;
-    let paused = store::pause::all(&conn)?;
+    let conn = inbox.write()?;
+    let db = conn.db();
+    known_names(db, config, args)?;
+    let filter = filter(db, args)?;
+    let plan = store::replay::plan(db, &filter)?;
+    let paused = store::pause::all(db)?;
     let mut report = Report {
         in_flight: plan.in_flight,
         pruned: plan.pruned,
@@ -154,12 +152,7 @@ pub fn run(
         // One short write transaction per chunk, so that serve's writer, which waits at
         // most 2 s for the lock, never has to wait long.
         for (done, chunk) in report.deliveries.chunks(CHUNK).enumerate() {
-            let step = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .and_then(|tx| {
-                    let n = store::replay::requeue(&tx, chunk, &now)?;
-                    tx.commit().map(|()| n)
-                });
+            let step = db.write(|tx| store::replay::requeue(tx, chunk, &now));
             match step {
                 Ok(n) => report.requeued += n,
                 Err(e) => {
@@ -253,7 +246,7 @@ fn print(report: &Report, out: &mut impl Write) -> anyhow::Result<()> {
 /// Refuses a `--source` or `--target` that names nothing, with the names there are: the
 /// configured ones when the config is known (replaying to a target no longer configured
 /// would wait for nobody), else those the inbox holds.
-fn known_names(conn: &Connection, config: Option<&Offline>, args: &Args) -> anyhow::Result<()> {
+fn known_names(db: Db, config: Option<&Offline>, args: &Args) -> anyhow::Result<()> {
     // Nothing to check, and without a config the names would cost a scan of every delivery.
     if args.source.is_none() && args.target.is_none() {
         return Ok(());
@@ -264,10 +257,11 @@ fn known_names(conn: &Connection, config: Option<&Offline>, args: &Args) -> anyh
             .iter()
             .flat_map(|s| s.targets.iter().map(|t| (s.name.clone(), t.clone())))
             .collect(),
-        None => conn
-            .prepare("SELECT DISTINCT source, target FROM deliveries ORDER BY 1, 2")?
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-            .collect::<rusqlite::Result<_>>()?,
+        None => db.rows(
+            "SELECT DISTINCT source, target FROM deliveries ORDER BY 1, 2",
+            &[],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?,
     };
     let sources: Vec<&str> = match config {
         Some(c) => c.sources.iter().map(|s| s.name.as_str()).collect(),
@@ -320,16 +314,16 @@ fn known_names(conn: &Connection, config: Option<&Offline>, args: &Args) -> anyh
 
 /// The store's filter for what the operator named: the event resolved to its row id, the
 /// deliveries checked to exist (each one missing is "not found", exit 4), times parsed.
-fn filter(conn: &Connection, args: &Args) -> anyhow::Result<Filter> {
+fn filter(db: Db, args: &Args) -> anyhow::Result<Filter> {
     let event = args
         .event
         .as_deref()
-        .map(|event| super::show::resolve(conn, event, args.source.as_deref()))
+        .map(|event| super::show::resolve(db, event, args.source.as_deref()))
         .transpose()?;
     for id in &args.delivery {
-        let exists = conn
-            .query_row("SELECT 1 FROM deliveries WHERE id = ?1", [id], |_| Ok(()))
-            .is_ok();
+        let exists = db
+            .row("SELECT 1 FROM deliveries WHERE id = ?1", &[id], |_| Ok(()))?
+            .is_some();
         if !exists {
             return Err(super::NotFound(format!(
                 "no delivery {id} in the inbox (the DELIVERY column of `hookinbox dead`, \

@@ -7,15 +7,14 @@
 
 use std::fmt::Display;
 use std::io::Write;
-use std::path::Path;
 
 use anyhow::Context as _;
 use base64::Engine as _;
-use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
 use super::NotFound;
 use crate::store;
+use crate::store::sql::{Db, Inbox};
 use crate::terminal::{escape, escape_block};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -108,12 +107,11 @@ pub(crate) struct Attempt {
     pub(crate) output: Option<String>,
 }
 
-pub fn run(db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
-    let conn = store::read::open_current(db)
-        .with_context(|| format!("opening the inbox {}", db.display()))?;
-    let id = resolve(&conn, &args.id, args.source.as_deref())?;
+pub fn run(inbox: &Inbox, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
+    let conn = inbox.read()?;
+    let id = resolve(conn.db(), &args.id, args.source.as_deref())?;
     let shown =
-        load(&conn, id).with_context(|| format!("reading event {id} from {}", db.display()))?;
+        load(conn.db(), id).with_context(|| format!("reading event {id} from {}", inbox.name()))?;
     drop(conn);
 
     if args.json {
@@ -133,32 +131,28 @@ pub fn run(db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
 
 /// The row id of the event `id` names: a row id when it is digits (and no `--source`), else
 /// the one event with that provider id.
-pub fn resolve(conn: &Connection, id: &str, source: Option<&str>) -> anyhow::Result<i64> {
+pub fn resolve(db: Db, id: &str, source: Option<&str>) -> anyhow::Result<i64> {
     // Digits are a row id when such a row exists; some providers' ids are numbers too, so
     // otherwise they fall through to the provider id. (`parse` alone would take "+5".)
     let digits = !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit());
     if source.is_none()
         && digits
         && let Ok(row) = id.parse::<i64>()
-        && conn
-            .query_row("SELECT 1 FROM events WHERE id = ?1", [row], |_| Ok(()))
-            .optional()?
+        && db
+            .row("SELECT 1 FROM events WHERE id = ?1", &[&row], |_| Ok(()))?
             .is_some()
     {
         return Ok(row);
     }
     // No index on event_id alone (the unique index leads with source): without --source
     // this scans the events table, which is fine for an operator's one-off command.
-    let matches: Vec<(i64, String, String)> = conn
-        .prepare(
-            "SELECT id, source, account FROM events
-              WHERE event_id = ?1 AND (?2 IS NULL OR source = ?2)
-              ORDER BY id LIMIT ?3",
-        )?
-        .query_map(params![id, source, MAX_AMBIGUOUS_LISTED + 1], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-        })?
-        .collect::<rusqlite::Result<_>>()?;
+    let matches: Vec<(i64, String, String)> = db.rows(
+        "SELECT id, source, account FROM events
+          WHERE event_id = ?1 AND (?2 IS NULL OR source = ?2)
+          ORDER BY id LIMIT ?3",
+        &[&id, &source, &(MAX_AMBIGUOUS_LISTED + 1)],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )?;
     match matches.as_slice() {
         [] => {
             let place = match source {
@@ -207,12 +201,12 @@ pub fn resolve(conn: &Connection, id: &str, source: Option<&str>) -> anyhow::Res
 /// Reads the event, its deliveries, the paused targets and the attempts. Short queries, not one
 /// transaction (reads never hold one open): an attempt that lands between them can show in
 /// a delivery's history before its `attempts` count; the next `show` agrees again.
-pub(crate) fn load(conn: &Connection, id: i64) -> anyhow::Result<Shown> {
-    let mut shown = conn.query_row(
+pub(crate) fn load(db: Db, id: i64) -> anyhow::Result<Shown> {
+    let Some(mut shown) = db.row(
         "SELECT e.id, e.source, e.account, e.event_id, e.event_type, e.size, e.sha256,
                 e.received_at, e.provider_time, e.pruned_at, p.headers, p.body, e.origin
            FROM events e LEFT JOIN payloads p ON p.event = e.id WHERE e.id = ?1",
-        [id],
+        &[&id],
         |r| {
             // TEXT when the body was UTF-8, BLOB otherwise, NULL once pruned: the bytes
             // either way.
@@ -240,7 +234,10 @@ pub(crate) fn load(conn: &Connection, id: i64) -> anyhow::Result<Shown> {
                 raw_body,
             })
         },
-    )?;
+    )?
+    else {
+        return Err(NotFound(format!("no event {id} in the inbox")).into());
+    };
     (shown.body, shown.body_encoding) = match &shown.raw_body {
         None => (None, None),
         Some(b) => match std::str::from_utf8(b) {
@@ -252,13 +249,12 @@ pub(crate) fn load(conn: &Connection, id: i64) -> anyhow::Result<Shown> {
         },
     };
 
-    shown.deliveries = conn
-        .prepare(
-            "SELECT id, target, state, attempts, next_attempt_at, lease_until, last_error,
-                    idempotency_key, created_at, updated_at
-               FROM deliveries WHERE event = ?1 ORDER BY id",
-        )?
-        .query_map([id], |r| {
+    shown.deliveries = db.rows(
+        "SELECT id, target, state, attempts, next_attempt_at, lease_until, last_error,
+                idempotency_key, created_at, updated_at
+           FROM deliveries WHERE event = ?1 ORDER BY id",
+        &[&id],
+        |r| {
             Ok(Delivery {
                 id: r.get(0)?,
                 target: r.get(1)?,
@@ -274,9 +270,9 @@ pub(crate) fn load(conn: &Connection, id: i64) -> anyhow::Result<Shown> {
                 paused_by: None,
                 history: Vec::new(),
             })
-        })?
-        .collect::<rusqlite::Result<_>>()?;
-    let paused = store::pause::all(conn)?;
+        },
+    )?;
+    let paused = store::pause::all(db)?;
     for d in &mut shown.deliveries {
         if let Some(p) = paused
             .iter()
@@ -287,28 +283,28 @@ pub(crate) fn load(conn: &Connection, id: i64) -> anyhow::Result<Shown> {
         }
     }
 
-    let mut stmt = conn.prepare(
+    let attempts = db.rows(
         "SELECT a.delivery, a.number, a.started_at, a.outcome, a.status, a.duration_ms,
                 a.error, a.output
            FROM attempts a JOIN deliveries d ON d.id = a.delivery
           WHERE d.event = ?1 ORDER BY a.delivery, a.number, a.id",
+        &[&id],
+        |r| {
+            Ok((
+                r.get::<i64>(0)?,
+                Attempt {
+                    number: r.get(1)?,
+                    started_at: r.get(2)?,
+                    outcome: r.get(3)?,
+                    status: r.get(4)?,
+                    duration_ms: r.get(5)?,
+                    error: r.get(6)?,
+                    output: r.get(7)?,
+                },
+            ))
+        },
     )?;
-    let attempts = stmt.query_map([id], |r| {
-        Ok((
-            r.get::<_, i64>(0)?,
-            Attempt {
-                number: r.get(1)?,
-                started_at: r.get(2)?,
-                outcome: r.get(3)?,
-                status: r.get(4)?,
-                duration_ms: r.get(5)?,
-                error: r.get(6)?,
-                output: r.get(7)?,
-            },
-        ))
-    })?;
-    for a in attempts {
-        let (delivery, attempt) = a?;
+    for (delivery, attempt) in attempts {
         // A delivery inserted after the query above is not shown; its attempts neither.
         if let Some(d) = shown.deliveries.iter_mut().find(|d| d.id == delivery) {
             d.history.push(attempt);

@@ -489,9 +489,6 @@ pub struct Offline {
     pub path: PathBuf,
     pub store: Store,
     pub sources: Vec<OfflineSource>,
-    /// With `backend = "postgres"`: the database's URL. The operator commands read a
-    /// SQLite inbox; they say so rather than open a file that is not the inbox.
-    pub postgres: Option<String>,
 }
 
 /// One source as the operator commands see it.
@@ -506,7 +503,8 @@ pub struct OfflineSource {
     pub targets: Vec<String>,
 }
 
-/// Reads the config for the operator commands: the same parsing, no secrets.
+/// Reads the config for the operator commands: the same parsing, no source secrets (only
+/// the PostgreSQL inbox's password, with `backend = "postgres"`).
 pub fn load_offline(path: &Path) -> anyhow::Result<Offline> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         anyhow::anyhow!(
@@ -520,16 +518,16 @@ pub fn load_offline(path: &Path) -> anyhow::Result<Offline> {
         anyhow::bail!("config file {}: store.path is empty", path.display());
     }
     let base = path.parent().unwrap_or(Path::new("."));
+    let backend = validate::offline_backend(&raw.store, base)
+        .map_err(|e| anyhow::anyhow!("config file {}: {e}", path.display()))?;
     Ok(Offline {
         path: path.to_owned(),
         store: Store {
             path: base.join(&raw.store.path),
             synchronous: raw.store.synchronous,
             retention_interval: raw.store.retention_interval,
-            backend: Backend::Sqlite,
+            backend,
         },
-        postgres: (raw.store.backend.as_deref() == Some("postgres"))
-            .then(|| raw.store.url.clone().unwrap_or_default()),
         sources: raw
             .sources
             .into_iter()

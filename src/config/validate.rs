@@ -337,6 +337,21 @@ fn validate_postgres(pg: RawPostgres, at: &str, paths: &Paths) -> Result<Postgre
     })
 }
 
+/// `[store] backend` for the operator commands, which connect to a PostgreSQL inbox as serve
+/// does (its password loaded, a `credential:` one from `$CREDENTIALS_DIRECTORY`).
+pub(super) fn offline_backend(
+    store: &super::raw::RawStore,
+    base: &Path,
+) -> Result<Backend, String> {
+    let credentials = std::env::var_os("CREDENTIALS_DIRECTORY").map(std::path::PathBuf::from);
+    let paths = Paths {
+        base,
+        credentials: credentials.as_deref(),
+        purpose: Purpose::Serve,
+    };
+    validate_backend(store, &paths)
+}
+
 /// `[store] backend`, and for "postgres" its connection.
 fn validate_backend(store: &super::raw::RawStore, paths: &Paths) -> Result<Backend, String> {
     let pg_keys = [

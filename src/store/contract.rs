@@ -94,7 +94,7 @@ impl Store {
                     (readers.clone(), source.to_owned(), target.to_owned());
                 tokio::task::spawn_blocking(move || {
                     let conn = pool.get().map_err(|e| e.to_string())?;
-                    let paused = pause::all(&conn)
+                    let paused = pause::all(super::sql::Db::Sqlite(&conn))
                         .map_err(|e| e.to_string())?
                         .into_iter()
                         .find(|p| p.source == source && p.target == target);
@@ -133,10 +133,11 @@ impl Store {
                 tokio::task::spawn_blocking(move || {
                     let conn = pool.get().map_err(|e| e.to_string())?;
                     let s = |e: rusqlite::Error| e.to_string();
+                    let p = |e: super::sql::Error| e.to_string();
                     Ok(Gauges {
                         counts: read::delivery_counts(&conn).map_err(s)?,
                         oldest_pending: read::oldest_pending(&conn).map_err(s)?,
-                        paused: pause::all(&conn).map_err(s)?,
+                        paused: pause::all(super::sql::Db::Sqlite(&conn)).map_err(p)?,
                         pages: Some(super::page_counts(&conn).map_err(s)?),
                     })
                 })

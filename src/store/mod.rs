@@ -18,6 +18,7 @@ pub mod queue;
 pub mod read;
 pub mod replay;
 pub mod retention;
+pub mod sql;
 pub mod stats;
 pub mod writer;
 

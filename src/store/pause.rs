@@ -13,7 +13,7 @@
 //! read-only connection. A target's loop sees a change within its idle poll (a second);
 //! inside `serve`, `Writer::commits().all()` after the job wakes every loop at once.
 
-use rusqlite::{Connection, params};
+use super::sql::{Db, Error};
 
 /// One paused target.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -30,42 +30,44 @@ pub struct Paused {
 /// paused target keeps the first pause's time and name (the queue has been held since
 /// then), and resuming one that is not paused does nothing.
 pub fn set(
-    conn: &Connection,
+    db: Db,
     source: &str,
     target: &str,
     paused: bool,
     by: &str,
     now: &str,
-) -> rusqlite::Result<bool> {
+) -> Result<bool, Error> {
     let changed = if paused {
-        conn.prepare_cached(
+        db.execute(
             "INSERT INTO paused_targets (source, target, paused_at, paused_by)
              VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT (source, target) DO NOTHING",
+            &[&source, &target, &now, &by],
         )?
-        .execute(params![source, target, now, by])?
     } else {
-        conn.prepare_cached("DELETE FROM paused_targets WHERE source = ?1 AND target = ?2")?
-            .execute(params![source, target])?
+        db.execute(
+            "DELETE FROM paused_targets WHERE source = ?1 AND target = ?2",
+            &[&source, &target],
+        )?
     };
     Ok(changed == 1)
 }
 
 /// Every paused target, by source and target. The table holds one row per paused pair,
 /// a handful at most, so callers filter this rather than asking for one pair.
-pub fn all(conn: &Connection) -> rusqlite::Result<Vec<Paused>> {
-    conn.prepare_cached(
+pub fn all(db: Db) -> Result<Vec<Paused>, Error> {
+    db.rows(
         "SELECT source, target, paused_at, paused_by FROM paused_targets ORDER BY source, target",
-    )?
-    .query_map([], |r| {
-        Ok(Paused {
-            source: r.get(0)?,
-            target: r.get(1)?,
-            paused_at: r.get(2)?,
-            paused_by: r.get(3)?,
-        })
-    })?
-    .collect()
+        &[],
+        |r| {
+            Ok(Paused {
+                source: r.get(0)?,
+                target: r.get(1)?,
+                paused_at: r.get(2)?,
+                paused_by: r.get(3)?,
+            })
+        },
+    )
 }
 
 #[cfg(test)]
@@ -78,12 +80,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let conn = super::super::open_writer(&dir.path().join("inbox.db"), Synchronous::Full, true)
             .unwrap();
+        let conn = Db::Sqlite(&conn);
         let (t1, t2) = ("2026-11-30T07:00:00.000Z", "2026-11-30T08:00:00.000Z");
-        assert!(set(&conn, "sw", "app", true, "alice", t1).unwrap());
-        assert!(!set(&conn, "sw", "app", true, "bob", t2).unwrap());
-        assert!(set(&conn, "sw", "audit", true, "bob", t2).unwrap());
+        assert!(set(conn, "sw", "app", true, "alice", t1).unwrap());
+        assert!(!set(conn, "sw", "app", true, "bob", t2).unwrap());
+        assert!(set(conn, "sw", "audit", true, "bob", t2).unwrap());
         assert_eq!(
-            all(&conn).unwrap(),
+            all(conn).unwrap(),
             [
                 Paused {
                     source: "sw".into(),
@@ -99,8 +102,8 @@ mod tests {
                 },
             ]
         );
-        assert!(set(&conn, "sw", "app", false, "carol", t2).unwrap());
-        assert!(!set(&conn, "sw", "app", false, "carol", t2).unwrap());
-        assert_eq!(all(&conn).unwrap().len(), 1);
+        assert!(set(conn, "sw", "app", false, "carol", t2).unwrap());
+        assert!(!set(conn, "sw", "app", false, "carol", t2).unwrap());
+        assert_eq!(all(conn).unwrap().len(), 1);
     }
 }

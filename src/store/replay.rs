@@ -13,8 +13,9 @@
 //! connection and requeue through `Writer::job`, a chunk per job.
 
 use rusqlite::types::Value;
-use rusqlite::{Connection, params_from_iter};
 use serde::Serialize;
+
+use super::sql::{self, Db, Dialect};
 
 /// Deliveries re-queued per transaction (one [`requeue`] call), so that a large replay never
 /// holds the write lock for long: `serve`'s writer waits at most 2 s for a lock held by
@@ -25,6 +26,7 @@ pub const CHUNK: usize = 500;
 /// A delivery under ordering that a newer (or the same) version of its key already passed:
 /// re-queued, it would only be superseded again.
 /// Versions compare only within one kind, as the queue compares them (`queue::SAME_KIND`).
+/// PostgreSQL's is [`super::pg::OUTDATED`], over its two version columns.
 const OUTDATED: &str = "(d.order_key IS NOT NULL AND EXISTS (
         SELECT 1 FROM order_keys k
          WHERE k.source = d.source AND k.target = d.target AND k.order_key = d.order_key
@@ -86,7 +88,7 @@ impl Filter {
 
     /// The WHERE clause over `d` (deliveries) and `e` (events) and its parameters. Only
     /// fixed fragments go into the SQL; every value is a parameter.
-    fn clause(&self) -> (String, Vec<Value>) {
+    fn clause(&self, dialect: Dialect) -> (String, Vec<Value>) {
         let mut clauses: Vec<String> = Vec::new();
         let mut values: Vec<Value> = Vec::new();
         let mut text = |clause: &str, value: &Option<String>| {
@@ -103,7 +105,11 @@ impl Filter {
         text("e.event_type = ?", &self.event_type);
         // instr rather than LIKE: the operator's text may hold % or _, which LIKE would
         // take as wildcards.
-        text("instr(lower(d.last_error), lower(?)) > 0", &self.error());
+        let contains = match dialect {
+            Dialect::Sqlite => "instr(lower(d.last_error), lower(?)) > 0",
+            Dialect::Postgres => "strpos(lower(d.last_error), lower(?)) > 0",
+        };
+        text(contains, &self.error());
         if let Some(event) = self.event {
             clauses.push("d.event = ?".to_owned());
             values.push(Value::Integer(event));
@@ -116,7 +122,7 @@ impl Filter {
             values.extend(self.deliveries.iter().map(|id| Value::Integer(*id)));
         }
         if clauses.is_empty() {
-            clauses.push("1".to_owned());
+            clauses.push("TRUE".to_owned());
         }
         (clauses.join(" AND "), values)
     }
@@ -154,43 +160,42 @@ pub struct Listed {
 /// they can. Only reads. The counts and the list are separate short statements, so a
 /// delivery that changes between them can be counted in one and listed in the other;
 /// [`requeue`] checks eligibility again in its own transaction, which is what counts.
-pub fn plan(conn: &Connection, f: &Filter) -> rusqlite::Result<Plan> {
+pub fn plan(db: Db, f: &Filter) -> Result<Plan, sql::Error> {
     if !f.selects() {
         return Ok(Plan::default());
     }
-    let (filter, values) = f.clause();
-    let count = |extra: &str| -> rusqlite::Result<usize> {
+    let (filter, values) = f.clause(db.dialect());
+    let params = sql::refs(&values);
+    let outdated = outdated(db.dialect());
+    let count = |extra: &str| -> Result<usize, sql::Error> {
         let sql = format!(
             "SELECT count(*) FROM deliveries d JOIN events e ON e.id = d.event
               WHERE {filter} AND {extra}"
         );
-        let n: i64 = conn.query_row(&sql, params_from_iter(values.iter()), |r| r.get(0))?;
+        let n: i64 = db.value(&sql, &params)?;
         Ok(usize::try_from(n).unwrap_or(0))
     };
     let in_flight = count("d.state = 'in_flight'")?;
     let pruned = count(&format!("d.state <> 'in_flight' AND NOT {HAS_PAYLOAD}"))?;
     let superseded = count(&format!(
-        "d.state <> 'in_flight' AND {HAS_PAYLOAD} AND {OUTDATED}"
+        "d.state <> 'in_flight' AND {HAS_PAYLOAD} AND {outdated}"
     ))?;
     let sql = format!(
         "SELECT d.id, d.event, d.source, e.event_id, d.target, d.state
            FROM deliveries d JOIN events e ON e.id = d.event
           WHERE {filter} AND {} ORDER BY d.id",
-        eligible()
+        eligible(db.dialect())
     );
-    let eligible = conn
-        .prepare(&sql)?
-        .query_map(params_from_iter(values.iter()), |r| {
-            Ok(Listed {
-                delivery: r.get(0)?,
-                event: r.get(1)?,
-                source: r.get(2)?,
-                event_id: r.get(3)?,
-                target: r.get(4)?,
-                state: r.get(5)?,
-            })
-        })?
-        .collect::<rusqlite::Result<_>>()?;
+    let eligible = db.rows(&sql, &params, |r| {
+        Ok(Listed {
+            delivery: r.get(0)?,
+            event: r.get(1)?,
+            source: r.get(2)?,
+            event_id: r.get(3)?,
+            target: r.get(4)?,
+            state: r.get(5)?,
+        })
+    })?;
     Ok(Plan {
         in_flight,
         pruned,
@@ -204,7 +209,7 @@ pub fn plan(conn: &Connection, f: &Filter) -> rusqlite::Result<Plan> {
 /// again here, since an attempt may have started, or retention run, after the plan; and
 /// only while it is still in the state it was planned in, so that one delivered meanwhile
 /// (chosen as `pending`, or by its last error) is not sent again.
-pub fn requeue(conn: &Connection, planned: &[Listed], now: &str) -> rusqlite::Result<usize> {
+pub fn requeue(db: Db, planned: &[Listed], now: &str) -> Result<usize, sql::Error> {
     if planned.is_empty() {
         return Ok(0);
     }
@@ -217,19 +222,29 @@ pub fn requeue(conn: &Connection, planned: &[Listed], now: &str) -> rusqlite::Re
             SET state = 'pending', next_attempt_at = ?1, schedule_base = attempts,
                 lease_until = NULL, last_error = 'replayed by the operator', updated_at = ?1
           WHERE (d.id, d.state) IN (VALUES {marks}) AND {}",
-        eligible()
+        eligible(db.dialect())
     );
     let mut params: Vec<Value> = vec![Value::Text(now.to_owned())];
     for d in planned {
         params.push(Value::Integer(d.delivery));
         params.push(Value::Text(d.state.clone()));
     }
-    conn.execute(&sql, params_from_iter(params.iter()))
+    db.execute(&sql, &sql::refs(&params))
 }
 
 /// A delivery `d` that replay may change.
-fn eligible() -> String {
-    format!("d.state <> 'in_flight' AND {HAS_PAYLOAD} AND NOT {OUTDATED}")
+fn eligible(dialect: Dialect) -> String {
+    format!(
+        "d.state <> 'in_flight' AND {HAS_PAYLOAD} AND NOT {}",
+        outdated(dialect)
+    )
+}
+
+fn outdated(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::Sqlite => OUTDATED,
+        Dialect::Postgres => super::pg::OUTDATED,
+    }
 }
 
 #[cfg(test)]

@@ -88,7 +88,7 @@ impl Page<'_> {
             let changed = writer
                 .job({
                     let (s, t, by) = (s.clone(), t.clone(), by.clone());
-                    move |conn, now| store::pause::set(conn, &s, &t, paused, &by, now)
+                    move |conn, now| Ok(store::pause::set(store::sql::Db::Sqlite(conn), &s, &t, paused, &by, now)?)
                 })
                 .await;
             match &changed {
@@ -138,7 +138,7 @@ impl Page<'_> {
         };
         let planned = filter.clone();
         let plan = match self
-            .read(move |conn| Ok(store::replay::plan(conn, &planned)?))
+            .read(move |conn| Ok(store::replay::plan(store::sql::Db::Sqlite(conn), &planned)?))
             .await
         {
             Ok(plan) => plan,
@@ -157,7 +157,13 @@ impl Page<'_> {
             for chunk in eligible.chunks(store::replay::CHUNK) {
                 let chunk = chunk.to_vec();
                 match writer
-                    .job(move |conn, now| store::replay::requeue(conn, &chunk, now))
+                    .job(move |conn, now| {
+                        Ok(store::replay::requeue(
+                            store::sql::Db::Sqlite(conn),
+                            &chunk,
+                            now,
+                        )?)
+                    })
                     .await
                 {
                     Ok(n) => requeued += n,

@@ -279,7 +279,7 @@ impl Page<'_> {
             .read(move |conn| {
                 let sources = stats::sources(conn, &configured.names(), &since)?;
                 let targets = stats::targets(conn, &configured.pairs(), &since)?;
-                let paused = store::pause::all(conn)?;
+                let paused = store::pause::all(store::sql::Db::Sqlite(conn))?;
                 let recent = list_events(conn, &Filters::default(), None, RECENT)?;
                 Ok((sources, targets, paused, recent))
             })
@@ -479,8 +479,11 @@ impl Page<'_> {
                 {
                     return Ok(None);
                 }
-                let paused = store::pause::all(conn)?;
-                Ok(Some((show::load(conn, id)?, paused)))
+                let paused = store::pause::all(store::sql::Db::Sqlite(conn))?;
+                Ok(Some((
+                    show::load(store::sql::Db::Sqlite(conn), id)?,
+                    paused,
+                )))
             })
             .await
         {
@@ -688,7 +691,14 @@ impl Page<'_> {
         let target = self.param("target").map(str::to_owned);
         let (s, t) = (source.clone(), target.clone());
         let rows = match self
-            .read(move |conn| Ok(dead::list(conn, s.as_deref(), t.as_deref(), LISTED)?))
+            .read(move |conn| {
+                Ok(dead::list(
+                    store::sql::Db::Sqlite(conn),
+                    s.as_deref(),
+                    t.as_deref(),
+                    LISTED,
+                )?)
+            })
             .await
         {
             Ok(rows) => rows,
@@ -733,7 +743,13 @@ impl Page<'_> {
     pub(super) async fn conflicts(&self) -> Response<Full<Bytes>> {
         let source = self.param("source").map(str::to_owned);
         let rows = match self
-            .read(move |conn| Ok(conflicts::list(conn, source.as_deref(), LISTED)?))
+            .read(move |conn| {
+                Ok(conflicts::list(
+                    store::sql::Db::Sqlite(conn),
+                    source.as_deref(),
+                    LISTED,
+                )?)
+            })
             .await
         {
             Ok(rows) => rows,

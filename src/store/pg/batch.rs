@@ -109,7 +109,7 @@ const PROBE_WHEN_IDLE: Duration = Duration::from_secs(5);
 /// The longest a batch may take, connecting included. Past it the connection is dropped
 /// (PostgreSQL then rolls the transaction back, unless its COMMIT had already arrived) and
 /// the batch is refused: a request hears 503, which is honest either way.
-const BATCH_TIMEOUT: Duration = Duration::from_secs(15);
+pub(crate) const BATCH_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Queues a job made by `make` and waits for its result, as the SQLite writer's callers
 /// do ([`crate::store::writer::queue_and_wait`]).

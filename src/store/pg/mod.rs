@@ -75,7 +75,9 @@ impl From<tokio_postgres::Error> for Error {
     }
 }
 
+pub(crate) use batch::BATCH_TIMEOUT;
 pub use ingest::numeric_text;
+pub(crate) use queue::OUTDATED;
 
 /// The schema version this binary writes.
 pub fn schema_version() -> i64 {

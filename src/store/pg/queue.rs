@@ -68,6 +68,23 @@ const CLAIMABLE: &str = concat!(
                              AND o.id < d.id))))))"
 );
 
+/// As `store::replay`'s SQLite `OUTDATED`: a delivery `d` under ordering whose key already
+/// passed a version at least as new, of the same kind (numbers with numbers, text with
+/// text, as SQLite compares them there).
+pub(crate) const OUTDATED: &str = concat!(
+    "(d.order_key IS NOT NULL
+      AND (d.order_version_num IS NOT NULL OR d.order_version_text IS NOT NULL)
+      AND EXISTS (
+        SELECT 1 FROM order_keys k
+         WHERE k.source = d.source AND k.target = d.target AND k.order_key = d.order_key
+           AND (k.last_text IS NOT NULL) = (d.order_version_text IS NOT NULL)
+           AND ",
+    version_key!("k.last_num", "k.last_text"),
+    " >= ",
+    version_key!("d.order_version_num", "d.order_version_text"),
+    "))"
+);
+
 /// A delivery's version (`deliveries`) and a key's last delivered one (`order_keys k`).
 const VERSION: &str = version_key!(
     "deliveries.order_version_num",
