@@ -148,7 +148,7 @@ pub fn resolve(db: Db, id: &str, source: Option<&str>) -> anyhow::Result<i64> {
     // this scans the events table, which is fine for an operator's one-off command.
     let matches: Vec<(i64, String, String)> = db.rows(
         "SELECT id, source, account FROM events
-          WHERE event_id = ?1 AND (?2 IS NULL OR source = ?2)
+          WHERE event_id = ?1 AND (CAST(?2 AS TEXT) IS NULL OR source = ?2)
           ORDER BY id LIMIT ?3",
         &[&id, &source, &(MAX_AMBIGUOUS_LISTED + 1)],
         |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),

@@ -213,7 +213,8 @@ pub fn requeue(db: Db, planned: &[Listed], now: &str) -> Result<usize, sql::Erro
     if planned.is_empty() {
         return Ok(0);
     }
-    let marks = vec!["(?, ?)"; planned.len()].join(", ");
+    // The cast is PostgreSQL's: it types a VALUES list from its text parameters otherwise.
+    let marks = vec!["(CAST(? AS BIGINT), ?)"; planned.len()].join(", ");
     // A new schedule starts (schedule_base = attempts so far); the attempt numbers the
     // target sees count on. Eligibility is checked row by row, correlated, so the update
     // touches only the chunk's rows rather than scanning the table.

@@ -1,6 +1,7 @@
 //! The inspection commands (`events`, `show`, `conflicts`, `dead`) run as the real binary
 //! against a real inbox: one filled by a running server whose deliveries have settled, with
-//! two sources, a conflict, a dead delivery and delivered ones.
+//! two sources, a conflict, a dead delivery and delivered ones. Each test runs on SQLite
+//! and on PostgreSQL.
 
 use base64::Engine as _;
 use serde_json::Value;
@@ -57,7 +58,7 @@ const DELIVERIES: i64 = 5 * 2 + 4;
 /// A server and sink with [`SENT`] stored, `msg_1` sent again with other bytes (a
 /// conflict), and every delivery settled: `msg_dead` to `app` is dead (the sink answers
 /// 410), everything else delivered.
-async fn populated() -> (TestServer, Sink) {
+async fn populated(backend: Backend, test: &str) -> Option<(TestServer, Sink)> {
     let sink = Sink::start(|r, _| {
         Reply::Status(if r.header("x-hookinbox-event-id") == "msg_dead" {
             410
@@ -66,7 +67,7 @@ async fn populated() -> (TestServer, Sink) {
         })
     })
     .await;
-    let server = TestServer::start(&two_sources(&sink.url())).await;
+    let server = TestServer::on(backend, test, &two_sources(&sink.url())).await?;
     for (source, id) in SENT {
         let body = if id == "bin_1" {
             BINARY.to_vec()
@@ -78,14 +79,14 @@ async fn populated() -> (TestServer, Sink) {
     }
     let changed = server.sign("sw", "msg_1", &event_body("msg_1", "changed"));
     assert_eq!(server.post("sw", &changed).await.0, 409);
-    let settled = wait_for_count(
-        &server.read(),
-        "SELECT count(*) FROM deliveries WHERE state IN ('delivered', 'dead')",
-        DELIVERIES,
-    )
-    .await;
+    let settled = server
+        .wait_count(
+            "SELECT count(*) FROM deliveries WHERE state IN ('delivered', 'dead')",
+            DELIVERIES,
+        )
+        .await;
     assert_eq!(settled, DELIVERIES);
-    (server, sink)
+    Some((server, sink))
 }
 
 /// Runs the real binary with the server's config; (exit code, stdout bytes, stderr).
@@ -122,19 +123,20 @@ fn event_ids(page: &Value) -> Vec<String> {
 
 /// The row id of the event `id` of `source`.
 fn row_id(server: &TestServer, source: &str, id: &str) -> i64 {
-    server
-        .read()
-        .query_row(
-            "SELECT id FROM events WHERE source = ?1 AND event_id = ?2",
-            [source, id],
-            |r| r.get(0),
-        )
-        .unwrap()
+    server.count(&format!(
+        "SELECT id FROM events WHERE source = '{source}' AND event_id = '{id}'"
+    ))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn events_lists_newest_first_with_filters_and_pages() {
-    let (server, _sink) = populated().await;
+async fn events_lists_newest_first_with_filters_and_pages(backend: Backend) {
+    let Some((server, _sink)) = populated(
+        backend,
+        "inspect::events_lists_newest_first_with_filters_and_pages",
+    )
+    .await
+    else {
+        return;
+    };
 
     let all = json(&server, &["events"]);
     let newest_first: Vec<String> = SENT.iter().rev().map(|(_, id)| id.to_string()).collect();
@@ -244,9 +246,15 @@ async fn events_lists_newest_first_with_filters_and_pages() {
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn show_finds_an_event_by_row_id_or_provider_id_with_every_attempt() {
-    let (server, _sink) = populated().await;
+async fn show_finds_an_event_by_row_id_or_provider_id_with_every_attempt(backend: Backend) {
+    let Some((server, _sink)) = populated(
+        backend,
+        "inspect::show_finds_an_event_by_row_id_or_provider_id_with_every_attempt",
+    )
+    .await
+    else {
+        return;
+    };
     let id = row_id(&server, "sw", "msg_dead");
 
     let by_row = json(&server, &["show", &id.to_string()]);
@@ -329,13 +337,10 @@ async fn show_finds_an_event_by_row_id_or_provider_id_with_every_attempt() {
     assert_eq!(decoded, BINARY);
 
     // Once retention dropped the payload, --body has nothing to write: exit 4, no bytes.
-    let conn = rusqlite::Connection::open(&server.db).unwrap();
-    conn.busy_timeout(PATIENCE).unwrap();
-    conn.execute_batch(
+    server.execute(
         "DELETE FROM payloads WHERE event = (SELECT id FROM events WHERE event_id = 'msg_2');
          UPDATE events SET pruned_at = '2026-01-01T00:00:00.000Z' WHERE event_id = 'msg_2';",
-    )
-    .unwrap();
+    );
     let (code, out, err) = hookinbox(&server, &["show", "msg_2", "--body"]);
     assert_eq!(code, 4, "{err}");
     assert!(
@@ -359,9 +364,12 @@ async fn show_finds_an_event_by_row_id_or_provider_id_with_every_attempt() {
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn show_refuses_unknown_and_ambiguous_ids() {
-    let (server, _sink) = populated().await;
+async fn show_refuses_unknown_and_ambiguous_ids(backend: Backend) {
+    let Some((server, _sink)) =
+        populated(backend, "inspect::show_refuses_unknown_and_ambiguous_ids").await
+    else {
+        return;
+    };
 
     for args in [
         &["show", "evt_nope"][..],
@@ -404,9 +412,12 @@ async fn show_refuses_unknown_and_ambiguous_ids() {
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conflicts_and_dead_deliveries_are_listed() {
-    let (server, _sink) = populated().await;
+async fn conflicts_and_dead_deliveries_are_listed(backend: Backend) {
+    let Some((server, _sink)) =
+        populated(backend, "inspect::conflicts_and_dead_deliveries_are_listed").await
+    else {
+        return;
+    };
     let original = json(&server, &["show", "msg_1", "--source", "sw"]);
 
     let listed = json(&server, &["conflicts"]);
@@ -475,10 +486,12 @@ async fn conflicts_and_dead_deliveries_are_listed() {
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn provider_strings_reach_the_terminal_escaped() {
+async fn provider_strings_reach_the_terminal_escaped(backend: Backend) {
     let sink = Sink::start(|_, _| Reply::Status(200)).await;
-    let server = TestServer::start(&forwarding(&sink.url(), "")).await;
+    let test = "inspect::provider_strings_reach_the_terminal_escaped";
+    let Some(server) = TestServer::on(backend, test, &forwarding(&sink.url(), "")).await else {
+        return;
+    };
     // The type is read from the body's `/type`: JSON escapes that decode to ESC [2J (clear
     // the screen) and U+202E (right-to-left override). A header carries U+202E as raw
     // UTF-8; ESC cannot travel in an HTTP header (neither client nor server allow it).
@@ -486,12 +499,12 @@ async fn provider_strings_reach_the_terminal_escaped() {
     let mut req = server.sign("sw", "evt_evil", body);
     req.set("x-note", "gnp.\u{202e}exe");
     assert_eq!(server.post("sw", &req).await.0, 200);
-    let delivered = wait_for_count(
-        &server.read(),
-        "SELECT count(*) FROM deliveries WHERE state = 'delivered'",
-        1,
-    )
-    .await;
+    let delivered = server
+        .wait_count(
+            "SELECT count(*) FROM deliveries WHERE state = 'delivered'",
+            1,
+        )
+        .await;
     assert_eq!(delivered, 1);
 
     let raw = |s: &str| s.contains('\x1b') || s.contains('\u{202e}');
@@ -525,3 +538,11 @@ async fn provider_strings_reach_the_terminal_escaped() {
     assert_eq!((code, &out[..]), (0, &body[..]));
     server.stop().await;
 }
+
+on_both_backends!(
+    events_lists_newest_first_with_filters_and_pages,
+    show_finds_an_event_by_row_id_or_provider_id_with_every_attempt,
+    show_refuses_unknown_and_ambiguous_ids,
+    conflicts_and_dead_deliveries_are_listed,
+    provider_strings_reach_the_terminal_escaped,
+);

@@ -133,10 +133,26 @@ pub struct Deployed {
     pub config: PathBuf,
     /// The source's scheme, to sign requests as its provider would.
     pub scheme: Arc<hookinbox::scheme::Scheme>,
+    /// The inbox, as an operator asks it by hand.
+    pub inbox: Inbox,
 }
 
 pub fn deploy(sources: &str) -> Deployed {
     deploy_store("", sources)
+}
+
+/// [`deploy`] with the inbox on `backend` (a fresh database for `test` on PostgreSQL);
+/// None when there is no PostgreSQL server, after `skip` said so.
+pub async fn deploy_on(backend: Backend, test: &str, sources: &str) -> Option<Deployed> {
+    Some(match backend {
+        Backend::Sqlite => deploy(sources),
+        Backend::Postgres => {
+            let url = fresh_database(&postgres(test)?).await;
+            let mut d = deploy_store(&pg_store(&url), sources);
+            d.inbox = Inbox::Postgres(url);
+            d
+        }
+    })
 }
 
 /// [`deploy`] with more lines in `[store]` (see `pg_store`).
@@ -148,6 +164,7 @@ pub fn deploy_store(store: &str, sources: &str) -> Deployed {
     let scheme = first_scheme(&config);
     Deployed {
         _dir: dir,
+        inbox: Inbox::Sqlite(db.clone()),
         db,
         config,
         scheme,

@@ -1,6 +1,7 @@
 //! Steering deliveries: pausing and resuming a target (held across a restart of the real
 //! binary), bulk replay with filters, a target's rate limit, and `events --follow`. Each
-//! runs the real server with a real sink, and the commands as the real binary.
+//! runs the real server with a real sink, and the commands as the real binary, on SQLite
+//! and on PostgreSQL.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::proc::{Proc, deploy};
+use crate::proc::{Proc, deploy_on};
 use crate::sink::{Reply, Sink};
 use crate::support::*;
 
@@ -83,19 +84,20 @@ fn spawn(config: &std::path::Path) -> Proc {
 }
 
 /// Deliveries of `target` in `state`.
-fn count(conn: &rusqlite::Connection, target: &str, state: &str) -> i64 {
-    conn.query_row(
-        "SELECT count(*) FROM deliveries WHERE target = ?1 AND state = ?2",
-        [target, state],
-        |r| r.get(0),
-    )
-    .unwrap()
+fn count(inbox: &Inbox, target: &str, state: &str) -> i64 {
+    inbox.count(&format!(
+        "SELECT count(*) FROM deliveries WHERE target = '{target}' AND state = '{state}'"
+    ))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_paused_target_holds_its_deliveries_across_a_restart_and_resume_sends_them_in_order() {
+async fn a_paused_target_holds_its_deliveries_across_a_restart_and_resume_sends_them_in_order(
+    backend: Backend,
+) {
     let sink = Sink::start(|_, _| Reply::Status(200)).await;
-    let d = deploy(&two_targets(&sink));
+    let test = "steer::a_paused_target_holds_its_deliveries_across_a_restart";
+    let Some(d) = deploy_on(backend, test, &two_targets(&sink)).await else {
+        return;
+    };
     let config = d.config.display().to_string();
     let client = client();
     let post = |proc: &Proc, id: &str| {
@@ -113,7 +115,7 @@ async fn a_paused_target_holds_its_deliveries_across_a_restart_and_resume_sends_
     };
 
     let proc = spawn(&d.config);
-    let conn = open_read(&d.db);
+    let conn = &d.inbox;
     // A name that is not configured is refused with the names there are.
     let (code, _, err) = run(&["pause", "sw/ap", "--config", &config]).await;
     assert_eq!(code, 1, "{err}");
@@ -137,22 +139,16 @@ async fn a_paused_target_holds_its_deliveries_across_a_restart_and_resume_sends_
     }
     // The control target has them all: the paused one attempted none.
     assert_eq!(
-        wait_for_count(
-            &conn,
+        conn.wait_count(
             "SELECT count(*) FROM deliveries WHERE target = 'audit' AND state = 'delivered'",
             3
         )
         .await,
         3
     );
-    assert_eq!(count(&conn, "app", "pending"), 3);
+    assert_eq!(count(conn, "app", "pending"), 3);
     assert_eq!(
-        conn.query_row(
-            "SELECT sum(attempts) FROM deliveries WHERE target = 'app'",
-            [],
-            |r| r.get::<_, i64>(0)
-        )
-        .unwrap(),
+        conn.count("SELECT CAST(sum(attempts) AS BIGINT) FROM deliveries WHERE target = 'app'"),
         0
     );
     let (code, out, err) = run(&["events", "--json", "--config", &config]).await;
@@ -196,15 +192,14 @@ async fn a_paused_target_holds_its_deliveries_across_a_restart_and_resume_sends_
         post(&proc, id).await;
     }
     assert_eq!(
-        wait_for_count(
-            &conn,
+        conn.wait_count(
             "SELECT count(*) FROM deliveries WHERE target = 'audit' AND state = 'delivered'",
             6
         )
         .await,
         6
     );
-    assert_eq!(count(&conn, "app", "pending"), 6);
+    assert_eq!(count(conn, "app", "pending"), 6);
     assert!(
         sink.received().iter().all(|r| r.path == "/audit"),
         "nothing reached the paused target"
@@ -217,8 +212,7 @@ async fn a_paused_target_holds_its_deliveries_across_a_restart_and_resume_sends_
         "{out}"
     );
     assert_eq!(
-        wait_for_count(
-            &conn,
+        conn.wait_count(
             "SELECT count(*) FROM deliveries WHERE target = 'app' AND state = 'delivered'",
             6
         )
@@ -257,8 +251,7 @@ fn listed(report: &str) -> Vec<String> {
     ids
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replay_selects_by_state_event_type_and_error_and_requeues_only_those() {
+async fn replay_selects_by_state_event_type_and_error_and_requeues_only_those(backend: Backend) {
     // Until told otherwise the app refuses one type for good (410) and fails on another
     // (500, and with no retries that is dead at once); it takes the rest.
     let accept = Arc::new(AtomicBool::new(false));
@@ -273,7 +266,11 @@ async fn replay_selects_by_state_event_type_and_error_and_requeues_only_those() 
         })
     })
     .await;
-    let server = TestServer::start(&forwarding(&sink.url(), "timeout = \"2s\"\nretry = []")).await;
+    let test = "steer::replay_selects_by_state_event_type_and_error_and_requeues_only_those";
+    let sources = forwarding(&sink.url(), "timeout = \"2s\"\nretry = []");
+    let Some(server) = TestServer::on(backend, test, &sources).await else {
+        return;
+    };
     for (id, ty) in [
         ("g1", "invoice.gone"),
         ("g2", "invoice.gone"),
@@ -284,9 +281,8 @@ async fn replay_selects_by_state_event_type_and_error_and_requeues_only_those() 
         let req = server.sign("sw", id, &typed(id, ty));
         assert_eq!(server.post("sw", &req).await.0, 200);
     }
-    let conn = server.read();
     let done = "SELECT count(*) FROM deliveries WHERE state IN ('dead', 'delivered')";
-    assert_eq!(wait_for_count(&conn, done, 5).await, 5);
+    assert_eq!(server.wait_count(done, 5).await, 5);
     let config = server.config.path.display().to_string();
     let dry = |filters: &[&str]| {
         let mut args = vec!["replay", "--dry-run", "--json", "--config", &config];
@@ -330,14 +326,10 @@ async fn replay_selects_by_state_event_type_and_error_and_requeues_only_those() 
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("re-queued 2 deliveries"), "{out}");
     let delivered = "SELECT count(*) FROM deliveries WHERE state = 'delivered'";
-    assert_eq!(wait_for_count(&conn, delivered, 3).await, 3);
-    let dead: Vec<String> = conn
-        .prepare("SELECT event_id FROM dead_deliveries ORDER BY event_id")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
+    assert_eq!(server.wait_count(delivered, 3).await, 3);
+    let dead = server
+        .inbox()
+        .strings("SELECT event_id FROM dead_deliveries ORDER BY event_id");
     assert_eq!(dead, ["g1", "g2"], "only the chosen ones were replayed");
     for id in ["b1", "b2"] {
         let seen: Vec<_> = sink
@@ -351,12 +343,14 @@ async fn replay_selects_by_state_event_type_and_error_and_requeues_only_those() 
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rate_limited_target_gets_its_attempts_spaced_out() {
+async fn a_rate_limited_target_gets_its_attempts_spaced_out(backend: Backend) {
     let sink = Sink::start(|_, _| Reply::Status(200)).await;
     // Enough slots for all six at once: only the rate can spread them out.
-    let server =
-        TestServer::start(&forwarding(&sink.url(), "concurrency = 16\nrate = \"2/s\"")).await;
+    let sources = forwarding(&sink.url(), "concurrency = 16\nrate = \"2/s\"");
+    let test = "steer::a_rate_limited_target_gets_its_attempts_spaced_out";
+    let Some(server) = TestServer::on(backend, test, &sources).await else {
+        return;
+    };
     let (code, out, err) = run(&[
         "check",
         "--config",
@@ -371,7 +365,7 @@ async fn a_rate_limited_target_gets_its_attempts_spaced_out() {
         assert_eq!(server.post("sw", &req).await.0, 200);
     }
     let delivered = "SELECT count(*) FROM deliveries WHERE state = 'delivered'";
-    assert_eq!(wait_for_count(&server.read(), delivered, 6).await, 6);
+    assert_eq!(server.wait_count(delivered, 6).await, 6);
     let at: Vec<Instant> = sink.received().iter().map(|r| r.at).collect();
     assert_eq!(at.len(), 6, "each attempt once");
     // At 2/s, one at a time, six starts span 2.5 s; without the limit they all arrive
@@ -414,13 +408,13 @@ struct Follower {
 }
 
 impl Follower {
-    /// `hookinbox events --follow ARGS… --db DB`.
-    fn start(db: &std::path::Path, args: &[&str]) -> Follower {
+    /// `hookinbox events --follow ARGS… --config CONFIG`.
+    fn start(config: &std::path::Path, args: &[&str]) -> Follower {
         let mut child = Command::new(env!("CARGO_BIN_EXE_hookinbox"))
             .args(["events", "--follow"])
             .args(args)
-            .arg("--db")
-            .arg(db)
+            .arg("--config")
+            .arg(config)
             .env_remove("HOOKINBOX_CONFIG")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -470,9 +464,11 @@ impl Drop for Follower {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn events_follow_prints_new_events_as_they_commit_and_ends_cleanly() {
-    let server = TestServer::start(TWO_SOURCES).await;
+async fn events_follow_prints_new_events_as_they_commit_and_ends_cleanly(backend: Backend) {
+    let test = "steer::events_follow_prints_new_events_as_they_commit_and_ends_cleanly";
+    let Some(server) = TestServer::on(backend, test, TWO_SOURCES).await else {
+        return;
+    };
     let post = |source: &'static str, id: &'static str| {
         let req = server.sign(source, id, &event_body(id, ""));
         let server = &server;
@@ -480,7 +476,7 @@ async fn events_follow_prints_new_events_as_they_commit_and_ends_cleanly() {
     };
     post("sw", "evt_before").await;
 
-    let mut json = Follower::start(&server.db, &["--json", "--source", "sw"]);
+    let mut json = Follower::start(&server.config.path, &["--json", "--source", "sw"]);
     // The newest page first, one JSON object per line.
     let first: Value = serde_json::from_str(&json.line().await).unwrap();
     assert_eq!(first["event_id"], "evt_before", "{first}");
@@ -495,6 +491,27 @@ async fn events_follow_prints_new_events_as_they_commit_and_ends_cleanly() {
         followed.push(e["event_id"].as_str().unwrap().to_owned());
     }
     assert_eq!(followed, ["evt_new_1", "evt_new_2"]);
+    if let Some(url) = &server.pg {
+        // With replicas, ids are taken in one order and committed in another: an event
+        // whose transaction took its id first and committed last is still printed.
+        let late = pg_connect(url).await;
+        late.batch_execute(
+            "BEGIN;
+             INSERT INTO events (source, event_id, sha256, size, received_at)
+             VALUES ('sw', 'evt_late', 'none', 0, '2026-12-01T00:00:00.000Z');",
+        )
+        .await
+        .unwrap();
+        post("sw", "evt_new_3").await;
+        let line = json.line().await;
+        assert!(line.contains("evt_new_3"), "{line}");
+        late.batch_execute("COMMIT").await.unwrap();
+        let line = json.line().await;
+        assert!(
+            line.contains("evt_late"),
+            "the late commit is printed: {line}"
+        );
+    }
     // Ctrl-C ends it with success.
     json.signal("INT");
     let deadline = Instant::now() + PATIENCE;
@@ -512,9 +529,14 @@ async fn events_follow_prints_new_events_as_they_commit_and_ends_cleanly() {
 
     // A reader that goes away (`| head -2`) ends it too, when it next writes: exit 0, no
     // panic. New events keep coming until it has noticed.
-    let mut text = Follower::start(&server.db, &["--limit", "1"]);
+    let mut text = Follower::start(&server.config.path, &["--limit", "1"]);
     assert!(text.line().await.starts_with("ID  "), "the header");
-    assert!(text.line().await.contains("evt_new_2"));
+    let newest = if server.pg.is_some() {
+        "evt_new_3"
+    } else {
+        "evt_new_2"
+    };
+    assert!(text.line().await.contains(newest));
     text.lines = None;
     let code = loop {
         if let Some(code) = text.exited() {
@@ -532,3 +554,10 @@ async fn events_follow_prints_new_events_as_they_commit_and_ends_cleanly() {
     assert_eq!(code, Some(0), "a closed pipe is a clean end");
     server.stop().await;
 }
+
+on_both_backends!(
+    a_paused_target_holds_its_deliveries_across_a_restart_and_resume_sends_them_in_order,
+    replay_selects_by_state_event_type_and_error_and_requeues_only_those,
+    a_rate_limited_target_gets_its_attempts_spaced_out,
+    events_follow_prints_new_events_as_they_commit_and_ends_cleanly,
+);

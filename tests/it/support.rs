@@ -138,7 +138,39 @@ pub struct TestServer {
     pub config: Config,
     pub client: reqwest::Client,
     running: Option<Running>,
+    /// The `[store]` lines besides its path (kept across [`TestServer::reload`]).
+    store: String,
+    /// With the inbox in PostgreSQL: its database's URL, where the queries below go.
+    pub pg: Option<String>,
 }
+
+/// Which inbox a contract test runs on: each such test runs once on each (see
+/// [`on_both_backends`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// `on_both_backends!(name);` after `async fn name(backend: Backend)`: a module `name` with
+/// the tests `sqlite` and `postgres`, each running it on its backend (the PostgreSQL one
+/// skips, saying so, where there is no server; `HOOKINBOX_REQUIRE_POSTGRES` makes that a
+/// failure).
+macro_rules! on_both_backends {
+    ($($name:ident),+ $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                super::$name(crate::support::Backend::Sqlite).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                super::$name(crate::support::Backend::Postgres).await
+            }
+        }
+    )+};
+}
+pub(crate) use on_both_backends;
 
 /// A request as a provider would send it.
 pub struct Signed {
@@ -212,6 +244,20 @@ impl TestServer {
         Self::start_full(dir, db, server, "", sources).await
     }
 
+    /// A server on `sources` with its inbox on `backend` (a fresh database for `test` on
+    /// PostgreSQL); None when there is no PostgreSQL server, after [`skip`] said so.
+    pub async fn on(backend: Backend, test: &str, sources: &str) -> Option<TestServer> {
+        match backend {
+            Backend::Sqlite => Some(Self::start(sources).await),
+            Backend::Postgres => {
+                let url = fresh_database(&postgres(test)?).await;
+                let mut server = Self::start_store(&pg_store(&url), sources).await;
+                server.pg = Some(url);
+                Some(server)
+            }
+        }
+    }
+
     /// A server whose `[store]` has `store` besides its path (see [`pg_store`]).
     pub async fn start_store(store: &str, sources: &str) -> TestServer {
         let dir = tempfile::tempdir().unwrap();
@@ -238,12 +284,14 @@ impl TestServer {
             running: Some(running),
             _dir: dir,
             db,
+            store: store.to_owned(),
+            pg: None,
         }
     }
 
     /// Rewrites the config with `sources` and applies it as SIGHUP would.
     pub async fn reload(&mut self, sources: &str) -> anyhow::Result<()> {
-        let text = config_text(SERVER, &self.db, sources);
+        let text = config_text_store(SERVER, &self.db, &self.store, sources);
         std::fs::write(&self.config.path, text).unwrap();
         let config = config::load(&self.config.path)?;
         self.running.as_ref().unwrap().reload(config).await?;
@@ -308,15 +356,152 @@ impl TestServer {
         open_read(&self.db)
     }
 
-    /// Runs a query that returns one integer.
+    /// The inbox as an operator's `sqlite3` or `psql` sees it.
+    pub fn inbox(&self) -> Inbox {
+        match &self.pg {
+            None => Inbox::Sqlite(self.db.clone()),
+            Some(url) => Inbox::Postgres(url.clone()),
+        }
+    }
+
+    /// Runs a query that returns one integer (see [`Inbox::count`]).
     pub fn count(&self, sql: &str) -> i64 {
-        self.read().query_row(sql, [], |r| r.get(0)).unwrap()
+        self.inbox().count(sql)
+    }
+
+    /// See [`Inbox::wait_count`].
+    pub async fn wait_count(&self, sql: &str, want: i64) -> i64 {
+        self.inbox().wait_count(sql, want).await
+    }
+
+    /// See [`Inbox::execute`].
+    pub fn execute(&self, sql: &str) {
+        self.inbox().execute(sql)
     }
 
     /// The stored body of an event, byte for byte.
     pub fn stored_body(&self, source: &str, event_id: &str) -> Option<Vec<u8>> {
-        stored_body(&self.read(), source, event_id)
+        self.inbox().stored_body(source, event_id)
     }
+}
+
+/// A test's inbox, in whichever database holds it, asked as an operator would ask it by
+/// hand (`sqlite3`, `psql`): the same tables and views on both.
+#[derive(Debug, Clone)]
+pub enum Inbox {
+    Sqlite(PathBuf),
+    /// The database's URL.
+    Postgres(String),
+}
+
+impl Inbox {
+    /// Runs a query that returns one integer.
+    pub fn count(&self, sql: &str) -> i64 {
+        match self {
+            Inbox::Sqlite(db) => open_read(db).query_row(sql, [], |r| r.get(0)).unwrap(),
+            Inbox::Postgres(url) => pg_rows(url, sql)[0].get(0),
+        }
+    }
+
+    /// [`Inbox::count`] until it is `want`, or [`PATIENCE`] passed; the last count.
+    pub async fn wait_count(&self, sql: &str, want: i64) -> i64 {
+        let deadline = std::time::Instant::now() + PATIENCE;
+        loop {
+            let n = self.count(sql);
+            if n == want || std::time::Instant::now() > deadline {
+                return n;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The first column of every row of `sql`, as text (NULL as "NULL").
+    pub fn strings(&self, sql: &str) -> Vec<String> {
+        match self {
+            Inbox::Sqlite(db) => open_read(db)
+                .prepare(sql)
+                .unwrap()
+                .query_map([], |r| {
+                    Ok(r.get::<_, Option<String>>(0)?
+                        .unwrap_or_else(|| "NULL".into()))
+                })
+                .unwrap()
+                .map(Result::unwrap)
+                .collect(),
+            Inbox::Postgres(url) => pg_rows(url, sql)
+                .iter()
+                .map(|r| {
+                    r.get::<_, Option<String>>(0)
+                        .unwrap_or_else(|| "NULL".into())
+                })
+                .collect(),
+        }
+    }
+
+    /// Runs statements next to the running server.
+    pub fn execute(&self, sql: &str) {
+        match self {
+            Inbox::Sqlite(db) => {
+                let conn = rusqlite::Connection::open(db).unwrap();
+                conn.busy_timeout(PATIENCE).unwrap();
+                conn.execute_batch(sql).unwrap();
+            }
+            Inbox::Postgres(url) => {
+                pg_blocking(url, sql, |client, sql| async move {
+                    client
+                        .batch_execute(&sql)
+                        .await
+                        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+                });
+            }
+        }
+    }
+
+    /// The stored body of an event, byte for byte.
+    pub fn stored_body(&self, source: &str, event_id: &str) -> Option<Vec<u8>> {
+        match self {
+            Inbox::Sqlite(db) => stored_body(&open_read(db), source, event_id),
+            Inbox::Postgres(url) => {
+                let sql = format!(
+                    "SELECT body FROM event_payloads WHERE source = '{source}' \
+                     AND event_id = '{}'",
+                    event_id.replace('\'', "''")
+                );
+                pg_rows(url, &sql).first().and_then(|r| r.get(0))
+            }
+        }
+    }
+}
+
+/// The rows of `sql` on the database at `url`, from a thread of its own: callers are sync
+/// code on a test's runtime, which cannot block on another.
+pub fn pg_rows(url: &str, sql: &str) -> Vec<tokio_postgres::Row> {
+    pg_blocking(url, sql, |client, sql| async move {
+        client
+            .query(&sql, &[])
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    })
+}
+
+/// `f(client, sql)` on a connection to `url`, run to its end on a thread and runtime of
+/// its own.
+fn pg_blocking<T, F, Fut>(url: &str, sql: &str, f: F) -> T
+where
+    T: Send + 'static,
+    F: FnOnce(std::sync::Arc<tokio_postgres::Client>, String) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = T>,
+{
+    let (url, sql) = (url.to_owned(), sql.to_owned());
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async move { f(std::sync::Arc::new(pg_connect(&url).await), sql).await })
+    })
+    .join()
+    .unwrap()
 }
 
 /// An HTTP client for the tests: plain HTTP, no proxy from the environment. reqwest is built
