@@ -1,5 +1,6 @@
 //! One event per identity: replays are acknowledged without a second row, and the same id
-//! with different bytes is quarantined, never stored over the original.
+//! with different bytes is quarantined, never stored over the original. On SQLite and on
+//! PostgreSQL.
 
 use std::sync::Arc;
 
@@ -27,9 +28,11 @@ name = "app"
 url = "http://127.0.0.1:9/hooks"
 "#;
 
-#[tokio::test]
-async fn the_exact_raw_request_replayed_is_200_and_adds_no_row() {
-    let server = TestServer::start(SOURCES).await;
+async fn the_exact_raw_request_replayed_is_200_and_adds_no_row(backend: Backend) {
+    let test = "dedup::the_exact_raw_request_replayed_is_200_and_adds_no_row";
+    let Some(server) = TestServer::on(backend, test, SOURCES).await else {
+        return;
+    };
     let req = server.sign("sw", "msg_replay", &event_body("msg_replay", "x"));
     assert_eq!(server.post("sw", &req).await, (200, "accepted\n".into()));
     for _ in 0..3 {
@@ -52,13 +55,18 @@ async fn the_exact_raw_request_replayed_is_200_and_adds_no_row() {
         .map(|s| metric(&m, &format!(r#"hookinbox_deliveries{{state="{s}"}}"#)))
         .sum();
     assert_eq!(rows, 2.0, "{m}");
-    assert!(metric(&m, "hookinbox_wal_bytes") > 0.0, "{m}");
+    if backend == Backend::Sqlite {
+        assert!(metric(&m, "hookinbox_wal_bytes") > 0.0, "{m}");
+    }
     server.stop().await;
 }
 
-#[tokio::test]
-async fn fifty_concurrent_identical_deliveries_store_one_event() {
-    let server = Arc::new(TestServer::start(SOURCES).await);
+async fn fifty_concurrent_identical_deliveries_store_one_event(backend: Backend) {
+    let test = "dedup::fifty_concurrent_identical_deliveries_store_one_event";
+    let Some(server) = TestServer::on(backend, test, SOURCES).await else {
+        return;
+    };
+    let server = Arc::new(server);
     let req = Arc::new(server.sign("sw", "msg_storm", &event_body("msg_storm", "storm")));
     let mut tasks = Vec::new();
     for _ in 0..50 {
@@ -78,9 +86,11 @@ async fn fifty_concurrent_identical_deliveries_store_one_event() {
     Arc::try_unwrap(server).ok().unwrap().stop().await;
 }
 
-#[tokio::test]
-async fn same_id_different_bytes_is_a_conflict_and_the_original_is_untouched() {
-    let server = TestServer::start(SOURCES).await;
+async fn same_id_different_bytes_is_a_conflict_and_the_original_is_untouched(backend: Backend) {
+    let test = "dedup::same_id_different_bytes_is_a_conflict_and_the_original_is_untouched";
+    let Some(server) = TestServer::on(backend, test, SOURCES).await else {
+        return;
+    };
     let original = event_body("msg_c", "original");
     let changed = event_body("msg_c", "changed");
     assert_eq!(
@@ -107,25 +117,23 @@ async fn same_id_different_bytes_is_a_conflict_and_the_original_is_untouched() {
         server.stored_body("sw", "msg_c").as_deref(),
         Some(&original[..])
     );
-    let conn = server.read();
-    let (orig_sha, sha, seen, quarantined): (String, String, i64, Vec<u8>) = conn
-        .query_row(
-            "SELECT original_sha256, sha256, seen, body FROM conflicts WHERE event_id = 'msg_c'",
-            [],
-            |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get_ref(3)?.as_bytes()?.to_vec(),
-                ))
-            },
-        )
-        .unwrap();
-    assert_eq!(orig_sha, sha256_hex(&original));
-    assert_eq!(sha, sha256_hex(&changed));
-    assert_eq!(seen, 2);
-    assert_eq!(quarantined, changed);
+    let inbox = server.inbox();
+    let conflict = "FROM conflicts WHERE event_id = 'msg_c'";
+    assert_eq!(
+        inbox.strings(&format!(
+            "SELECT original_sha256 || ' ' || sha256 {conflict}"
+        )),
+        [format!(
+            "{} {}",
+            sha256_hex(&original),
+            sha256_hex(&changed)
+        )]
+    );
+    assert_eq!(inbox.count(&format!("SELECT seen {conflict}")), 2);
+    assert_eq!(
+        inbox.bytes(&format!("SELECT body {conflict}")),
+        Some(changed.clone())
+    );
     assert_eq!(
         server.count("SELECT count(*) FROM deliveries"),
         2,
@@ -148,9 +156,12 @@ async fn same_id_different_bytes_is_a_conflict_and_the_original_is_untouched() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn racing_versions_of_one_id_store_exactly_one_and_quarantine_the_other() {
-    let server = Arc::new(TestServer::start(SOURCES).await);
+async fn racing_versions_of_one_id_store_exactly_one_and_quarantine_the_other(backend: Backend) {
+    let test = "dedup::racing_versions_of_one_id_store_exactly_one_and_quarantine_the_other";
+    let Some(server) = TestServer::on(backend, test, SOURCES).await else {
+        return;
+    };
+    let server = Arc::new(server);
     let a = Arc::new(server.sign("sw", "msg_race", &event_body("msg_race", "version-a")));
     let b = Arc::new(server.sign("sw", "msg_race", &event_body("msg_race", "version-b")));
     let mut tasks = Vec::new();
@@ -194,9 +205,11 @@ id_pointer = "/id"
 hmac = { header = "X-Signature" }
 "#;
 
-#[tokio::test]
-async fn numeric_ids_are_exact_integers_and_equal_to_their_text() {
-    let owned = TestServer::start(NUMERIC_IDS).await;
+async fn numeric_ids_are_exact_integers_and_equal_to_their_text(backend: Backend) {
+    let test = "dedup::numeric_ids_are_exact_integers_and_equal_to_their_text";
+    let Some(owned) = TestServer::on(backend, test, NUMERIC_IDS).await else {
+        return;
+    };
     let server = &owned;
     let post = |body: &'static str| async move {
         let req = server.sign("numeric", "-", body.as_bytes());
@@ -206,14 +219,9 @@ async fn numeric_ids_are_exact_integers_and_equal_to_their_text() {
     assert_eq!(post(r#"{"id":123456789012345678901234,"n":1}"#).await, 200);
     assert_eq!(post(r#"{"id":123456789012345678901235,"n":2}"#).await, 200);
     assert_eq!(server.count("SELECT count(*) FROM conflicts"), 0);
-    let ids: Vec<String> = server
-        .read()
-        .prepare("SELECT event_id FROM events ORDER BY id")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let ids = server
+        .inbox()
+        .strings("SELECT event_id FROM events ORDER BY id");
     assert_eq!(
         ids,
         ["123456789012345678901234", "123456789012345678901235"]
@@ -229,3 +237,11 @@ async fn numeric_ids_are_exact_integers_and_equal_to_their_text() {
     assert_eq!(server.count("SELECT count(*) FROM events"), 3);
     owned.stop().await;
 }
+
+on_both_backends!(
+    the_exact_raw_request_replayed_is_200_and_adds_no_row,
+    same_id_different_bytes_is_a_conflict_and_the_original_is_untouched,
+    numeric_ids_are_exact_integers_and_equal_to_their_text,
+    fifty_concurrent_identical_deliveries_store_one_event,
+    racing_versions_of_one_id_store_exactly_one_and_quarantine_the_other,
+);

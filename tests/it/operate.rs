@@ -1,5 +1,6 @@
 //! Operating hookinbox: replay, retention, backup, metrics, reload, logs. The commands are
-//! run as the real binary against an inbox that a real server filled.
+//! run as the real binary against an inbox that a real server filled; replay and dead on
+//! SQLite and on PostgreSQL.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,18 +13,14 @@ fn config_arg(server: &TestServer) -> String {
 }
 
 fn delivery_state(server: &TestServer, event_id: &str) -> String {
-    server
-        .read()
-        .query_row(
-            "SELECT d.state FROM deliveries d JOIN events e ON e.id = d.event WHERE e.event_id = ?1",
-            [event_id],
-            |r| r.get(0),
-        )
-        .unwrap()
+    server.inbox().strings(&format!(
+        "SELECT d.state FROM deliveries d JOIN events e ON e.id = d.event
+          WHERE e.event_id = '{event_id}'"
+    ))[0]
+        .clone()
 }
 
-#[tokio::test]
-async fn replay_of_a_dead_delivery_reaches_the_target_again_under_the_same_key() {
+async fn replay_of_a_dead_delivery_reaches_the_target_again_under_the_same_key(backend: Backend) {
     let accept = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = accept.clone();
     let sink = Sink::start(move |_, _| {
@@ -34,12 +31,15 @@ async fn replay_of_a_dead_delivery_reaches_the_target_again_under_the_same_key()
         })
     })
     .await;
-    let server = TestServer::start(&forwarding(&sink.url(), "timeout = \"2s\"")).await;
+    let test = "operate::replay_of_a_dead_delivery_reaches_the_target_again_under_the_same_key";
+    let sources = forwarding(&sink.url(), "timeout = \"2s\"");
+    let Some(server) = TestServer::on(backend, test, &sources).await else {
+        return;
+    };
     let req = server.sign("sw", "msg_dead", &event_body("msg_dead", ""));
     assert_eq!(server.post("sw", &req).await.0, 200);
-    let conn = server.read();
     let dead = "SELECT count(*) FROM deliveries WHERE state = 'dead'";
-    assert_eq!(wait_for_count(&conn, dead, 1).await, 1);
+    assert_eq!(server.wait_count(dead, 1).await, 1);
 
     // A dry run changes nothing.
     let config = config_arg(&server);
@@ -61,7 +61,7 @@ async fn replay_of_a_dead_delivery_reaches_the_target_again_under_the_same_key()
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("re-queued 1 deliveries"), "{out}");
     let delivered = "SELECT count(*) FROM deliveries WHERE state = 'delivered'";
-    assert_eq!(wait_for_count(&conn, delivered, 1).await, 1);
+    assert_eq!(server.wait_count(delivered, 1).await, 1);
     let seen = sink.received();
     assert_eq!(seen.len(), 2);
     assert_eq!(
@@ -85,21 +85,22 @@ async fn replay_of_a_dead_delivery_reaches_the_target_again_under_the_same_key()
     server.stop().await;
 }
 
-#[tokio::test]
-async fn dead_prints_the_ids_replay_takes_and_replay_lists_what_it_requeues() {
+async fn dead_prints_the_ids_replay_takes_and_replay_lists_what_it_requeues(backend: Backend) {
     let sink = Sink::start(|_, _| Reply::Status(410)).await;
     // Two targets per event, so that delivery ids and event ids part ways: event 1 has
     // deliveries 1 and 2, event 2 has 3 and 4.
     let sources = forwarding(&sink.url(), "timeout = \"2s\"")
         + "[[sources.targets]]\nname = \"audit\"\ncommand = [\"/bin/true\"]\n";
-    let server = TestServer::start(&sources).await;
+    let test = "operate::dead_prints_the_ids_replay_takes_and_replay_lists_what_it_requeues";
+    let Some(server) = TestServer::on(backend, test, &sources).await else {
+        return;
+    };
     for id in ["evt_a", "evt_b"] {
         let req = server.sign("sw", id, &event_body(id, ""));
         assert_eq!(server.post("sw", &req).await.0, 200);
     }
-    let conn = server.read();
     let dead = "SELECT count(*) FROM deliveries WHERE state = 'dead'";
-    assert_eq!(wait_for_count(&conn, dead, 2).await, 2);
+    assert_eq!(server.wait_count(dead, 2).await, 2);
     let config = config_arg(&server);
 
     let (code, out, err) = hookinbox(&["dead", "--json", "--config", &config]);
@@ -168,7 +169,7 @@ async fn dead_prints_the_ids_replay_takes_and_replay_lists_what_it_requeues() {
         .collect();
     assert_eq!(targets, ["app", "audit"], "{report}");
     // Nothing changed in the dry runs; now for real.
-    assert_eq!(wait_for_count(&conn, dead, 2).await, 2);
+    assert_eq!(server.count(dead), 2);
     let (code, out, err) = hookinbox(&[
         "replay",
         "--delivery",
@@ -194,6 +195,22 @@ async fn dead_prints_the_ids_replay_takes_and_replay_lists_what_it_requeues() {
     let (code, _, err) = hookinbox(&["replay", "--dead", "--target", "ap", "--config", &config]);
     assert_eq!(code, 1);
     assert!(err.contains("targets are: sw/app, sw/audit"), "{err}");
+    if backend == Backend::Postgres {
+        // What only a SQLite inbox has says what to use instead.
+        for (command, instead) in [
+            (&["backup", "copy.db"][..], "pg_dump"),
+            (&["gaps"], "not kept there yet"),
+        ] {
+            let (code, _, err) = hookinbox(&[command, &["--config", &config]].concat());
+            assert_eq!(code, 1, "{err}");
+            assert!(
+                err.contains("works on a SQLite inbox") && err.contains(instead),
+                "{err}"
+            );
+        }
+        server.stop().await;
+        return;
+    }
     let db = server.db.display().to_string();
     let (code, _, err) = hookinbox(&["replay", "--dead", "--target", "ap", "--db", &db]);
     assert_eq!(code, 1);
@@ -618,3 +635,8 @@ async fn a_reload_that_fails_late_switches_nothing() {
     );
     server.stop().await;
 }
+
+on_both_backends!(
+    replay_of_a_dead_delivery_reaches_the_target_again_under_the_same_key,
+    dead_prints_the_ids_replay_takes_and_replay_lists_what_it_requeues,
+);

@@ -461,14 +461,25 @@ impl Inbox {
     pub fn stored_body(&self, source: &str, event_id: &str) -> Option<Vec<u8>> {
         match self {
             Inbox::Sqlite(db) => stored_body(&open_read(db), source, event_id),
-            Inbox::Postgres(url) => {
-                let sql = format!(
-                    "SELECT body FROM event_payloads WHERE source = '{source}' \
-                     AND event_id = '{}'",
-                    event_id.replace('\'', "''")
-                );
-                pg_rows(url, &sql).first().and_then(|r| r.get(0))
-            }
+            Inbox::Postgres(_) => self.bytes(&format!(
+                "SELECT body FROM event_payloads WHERE source = '{source}' AND event_id = '{}'",
+                event_id.replace('\'', "''")
+            )),
+        }
+    }
+
+    /// The first column of the first row of `sql` as bytes (a body: SQLite's TEXT or BLOB,
+    /// PostgreSQL's bytea); None without a row or for NULL.
+    pub fn bytes(&self, sql: &str) -> Option<Vec<u8>> {
+        match self {
+            Inbox::Sqlite(db) => open_read(db)
+                .query_row(sql, [], |r| {
+                    Ok(r.get_ref(0)?.as_bytes_or_null()?.map(<[u8]>::to_vec))
+                })
+                .optional()
+                .unwrap()
+                .flatten(),
+            Inbox::Postgres(url) => pg_rows(url, sql).first().and_then(|r| r.get(0)),
         }
     }
 }
