@@ -32,8 +32,7 @@ pub struct Admin {
     pub delivery: Arc<deliver::Health>,
     /// The memory budget for request bodies, for its gauge.
     pub budget: Arc<crate::receive::BodyBudget>,
-    /// None when the inbox is in PostgreSQL: the web inbox reads SQLite, for now.
-    pub web: Option<Arc<crate::web::Web>>,
+    pub web: Arc<crate::web::Web>,
 }
 
 impl Admin {
@@ -93,14 +92,7 @@ impl Handler for Admin {
     async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Full<Bytes>> {
         let own = matches!(req.uri().path(), "/metrics" | "/healthz" | "/readyz");
         if !own {
-            return match &self.web {
-                Some(web) => web.handle(req, peer).await,
-                None => text(
-                    StatusCode::NOT_IMPLEMENTED,
-                    "the web inbox reads a SQLite inbox for now; this one is in PostgreSQL: \
-                     query it with psql (the same views as the README's sqlite3 queries)\n",
-                ),
-            };
+            return self.web.handle(req, peer).await;
         }
         if req.method() != Method::GET {
             return text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");

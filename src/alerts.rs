@@ -22,7 +22,8 @@ use tokio::sync::watch;
 use crate::clock;
 use crate::config::{Source, Target};
 use crate::metrics::{FailureLabels, Metrics};
-use crate::store::{self, read, stats, writer::Writer};
+use crate::store::sql::{Db, Dialect};
+use crate::store::{self, Store, stats};
 
 /// The internal source alerts are stored and delivered under. A configured source cannot
 /// have this name (a '.' is not allowed in one), so the two never mix.
@@ -215,17 +216,16 @@ struct Stored {
 /// The conditions the last notifications stored say are on: a restart carries them on (a
 /// condition still on is not announced again; one that ended meanwhile is announced as
 /// ended) rather than starting from nothing.
-fn started_before(conn: &rusqlite::Connection) -> rusqlite::Result<Vec<Condition>> {
-    let mut stmt = conn.prepare(
-        "SELECT p.body FROM events e JOIN payloads p ON p.event = e.id
-          WHERE e.source = ?1 ORDER BY e.id DESC LIMIT ?2",
-    )?;
+fn started_before(db: Db) -> anyhow::Result<Vec<Condition>> {
     let mut seen: Vec<(Kind, String, Option<String>)> = Vec::new();
     let mut on = Vec::new();
-    for body in stmt.query_map(rusqlite::params![SOURCE, SEEN_AT_START], |r| {
-        Ok(r.get_ref(0)?.as_bytes()?.to_vec())
-    })? {
-        let Ok(n) = serde_json::from_slice::<Stored>(&body?) else {
+    for body in db.rows(
+        "SELECT p.body FROM events e JOIN payloads p ON p.event = e.id
+          WHERE e.source = ?1 ORDER BY e.id DESC LIMIT ?2",
+        &[&SOURCE, &SEEN_AT_START],
+        |r| Ok(r.get_ref(0)?.as_bytes()?.to_vec()),
+    )? {
+        let Ok(n) = serde_json::from_slice::<Stored>(&body) else {
             continue;
         };
         let Some(kind) = Kind::from_word(&n.alert) else {
@@ -264,11 +264,12 @@ struct Notice<'a> {
     detail: &'a str,
 }
 
-/// Judges the conditions until `stop` turns true.
+/// Judges the conditions until `stop` turns true. With replicas on PostgreSQL each one
+/// judges from the one inbox (the rejection counts are its own); a notification's event id
+/// is the condition's, so the second replica to store one stores nothing new.
 pub async fn run(
     board: Arc<Board>,
-    readers: read::Pool,
-    writer: Writer,
+    store: Store,
     metrics: Arc<Metrics>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -279,21 +280,15 @@ pub async fn run(
     let mut unsent: Vec<(Condition, &'static str, String)> = Vec::new();
     // The counters at start: rejections from now on count, whenever the first turn comes.
     rejections.push_back((Instant::now(), rejection_counts(&metrics, &board.rules())));
-    let pool = readers.clone();
-    match tokio::task::spawn_blocking(move || {
-        let conn = pool.get().map_err(|e| e.to_string())?;
-        started_before(&conn).map_err(|e| e.to_string())
-    })
-    .await
-    {
-        Ok(Ok(on)) => {
+    match store.read(started_before).await {
+        Ok(on) => {
             *board
                 .active
                 .write()
                 .expect("no panics while holding the lock") = on
         }
-        Ok(Err(e)) => tracing::warn!(error = %e, "reading the alerts notified before the start"),
-        Err(e) => tracing::warn!(error = %e, "reading the alerts notified before the start"),
+        Err(e) => tracing::warn!(error = %format!("{e:#}"),
+            "reading the alerts notified before the start"),
     }
     loop {
         tokio::select! {
@@ -330,18 +325,15 @@ pub async fn run(
             })
             .collect();
 
-        let (pool, judged_rules) = (readers.clone(), rules.clone());
-        let judged = tokio::task::spawn_blocking(move || {
-            let conn = pool.get().map_err(|e| e.to_string())?;
-            judge(&conn, &judged_rules, started, &rising).map_err(|e| e.to_string())
-        })
-        .await
-        .map_err(|e| e.to_string())
-        .and_then(|r| r);
+        let judged_rules = rules.clone();
+        let judged = store
+            .read(move |db| judge(db, &judged_rules, started, &rising))
+            .await;
         let observed = match judged {
             Ok(observed) => observed,
             Err(e) => {
-                tracing::warn!(error = %e, "judging alert conditions failed; will try again");
+                tracing::warn!(error = %format!("{e:#}"),
+                    "judging alert conditions failed; will try again");
                 continue;
             }
         };
@@ -394,25 +386,8 @@ pub async fn run(
                 .iter()
                 .map(|(c, state, at)| notice(c, state, at, &targets))
                 .collect();
-            let stored = writer
-                .job(move |conn, now| {
-                    for e in &events {
-                        // Already stored (judged again after a restart): one notification.
-                        let known = conn
-                            .prepare_cached(
-                                "SELECT 1 FROM events
-                                  WHERE source = ?1 AND account = '' AND event_id = ?2",
-                            )?
-                            .exists(rusqlite::params![SOURCE, e.event_id])?;
-                        if !known {
-                            store::ingest::store(conn, e, now)?;
-                        }
-                    }
-                    Ok(())
-                })
-                .await;
-            match stored {
-                Ok(_) => writer.commits().committed(SOURCE),
+            match store_notices(&store, events).await {
+                Ok(()) => store.commits().committed(SOURCE),
                 Err(e) => {
                     tracing::warn!(error = %e, notices = batch.len(),
                         "could not store alert notifications; will try again");
@@ -429,6 +404,41 @@ pub async fn run(
             }
         }
     }
+}
+
+/// Stores notifications not stored before (judged again after a restart, or by another
+/// replica): one notification per condition and state. On SQLite the check and the insert
+/// are one writer job; on PostgreSQL the check is a read, then each is ingested as a
+/// webhook is, so that two replicas noticing at once store one and quarantine the other
+/// (whose `at` differs), and neither is sent twice.
+async fn store_notices(store: &Store, events: Vec<store::ingest::NewEvent>) -> anyhow::Result<()> {
+    const KNOWN: &str = "SELECT 1 FROM events WHERE source = ?1 AND account = '' AND event_id = ?2";
+    if let Some((writer, _)) = store.sqlite() {
+        writer
+            .job(move |conn, now| {
+                for e in &events {
+                    if !conn
+                        .prepare_cached(KNOWN)?
+                        .exists(rusqlite::params![SOURCE, e.event_id])?
+                    {
+                        store::ingest::store(conn, e, now)?;
+                    }
+                }
+                Ok(())
+            })
+            .await?;
+        return Ok(());
+    }
+    for e in events {
+        let id = e.event_id.clone();
+        let known = store
+            .read(move |db| Ok(db.row(KNOWN, &[&SOURCE, &id], |_| Ok(()))?.is_some()))
+            .await?;
+        if !known {
+            store.ingest(e).await?;
+        }
+    }
+    Ok(())
 }
 
 /// Each source's signature rejections so far, from the counters `/metrics` exports.
@@ -456,7 +466,7 @@ fn rejection_counts(metrics: &Metrics, rules: &Rules) -> HashMap<String, u64> {
 
 /// The conditions that hold now.
 fn judge(
-    conn: &rusqlite::Connection,
+    db: Db,
     rules: &Rules,
     started: SystemTime,
     rising: &[(String, u64)],
@@ -478,7 +488,7 @@ fn judge(
         .map(|(s, _)| s.clone())
         .collect();
     let since_recent = clock::iso(now - RECENT);
-    for s in stats::sources(conn, &expecting, &since_recent)? {
+    for s in stats::sources(db, &expecting, &since_recent)? {
         let Some(every) = rules
             .sources
             .iter()
@@ -517,9 +527,9 @@ fn judge(
         .iter()
         .map(|(s, t, _, _)| (s.clone(), t.clone()))
         .collect();
-    let paused = store::pause::all(store::sql::Db::Sqlite(conn))?;
+    let paused = store::pause::all(db)?;
     let at = clock::iso(now);
-    for t in stats::targets(conn, &pairs, &since_recent)? {
+    for t in stats::targets(db, &pairs, &since_recent)? {
         // A paused target holds its deliveries on purpose; it is not failing.
         if paused
             .iter()
@@ -579,14 +589,12 @@ fn judge(
     }
 
     let news_since = clock::iso(now - NEWS_FOR);
-    let mut stmt = conn.prepare_cached(
+    for (source, n, first) in db.rows(
         "SELECT source, count(*), min(last_seen_at) FROM conflicts
           WHERE last_seen_at >= ?1 GROUP BY source ORDER BY source",
-    )?;
-    for row in stmt.query_map([&news_since], |r| {
-        Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get(2)?))
-    })? {
-        let (source, n, first) = row?;
+        &[&news_since],
+        |r| Ok((r.get::<String>(0)?, r.get::<i64>(1)?, r.get(2)?)),
+    )? {
         if source == SOURCE {
             continue;
         }
@@ -603,23 +611,28 @@ fn judge(
             ),
         });
     }
-    let mut stmt = conn.prepare_cached(
-        "SELECT source, target, count(*), min(updated_at)
-           FROM deliveries INDEXED BY deliveries_dead
-          WHERE state = 'dead' AND updated_at >= ?1 AND source <> ?2
-          GROUP BY 1, 2 ORDER BY 1, 2",
-    )?;
+    let deliveries = match db.dialect() {
+        Dialect::Sqlite => "deliveries INDEXED BY deliveries_dead",
+        Dialect::Postgres => "deliveries",
+    };
     // Not the alert targets' own: a notification that died would be announced to the
     // target that let it die, forever. Their failures are in the log and the metrics.
-    for row in stmt.query_map(rusqlite::params![&news_since, SOURCE], |r| {
-        Ok((
-            r.get::<_, String>(0)?,
-            r.get::<_, String>(1)?,
-            r.get::<_, i64>(2)?,
-            r.get(3)?,
-        ))
-    })? {
-        let (source, target, n, first) = row?;
+    for (source, target, n, first) in db.rows(
+        &format!(
+            "SELECT source, target, count(*), min(updated_at) FROM {deliveries}
+              WHERE state = 'dead' AND updated_at >= ?1 AND source <> ?2
+              GROUP BY 1, 2 ORDER BY 1, 2"
+        ),
+        &[&news_since, &SOURCE],
+        |r| {
+            Ok((
+                r.get::<String>(0)?,
+                r.get::<String>(1)?,
+                r.get::<i64>(2)?,
+                r.get(3)?,
+            ))
+        },
+    )? {
         out.push(Condition {
             kind: Kind::NewDeadDeliveries,
             detail: format!(

@@ -127,8 +127,7 @@ pub struct Running {
     store: Store,
     delivery: Arc<deliver::Health>,
     retention: retention::Settings,
-    /// The web inbox, which reads a SQLite inbox (none on PostgreSQL, for now).
-    web: Option<Arc<crate::web::Web>>,
+    web: Arc<crate::web::Web>,
     board: Arc<crate::alerts::Board>,
     /// The sources, for the heartbeat and recovery.
     sources: watch::Sender<Vec<Arc<Source>>>,
@@ -226,9 +225,7 @@ impl Running {
             acceptor.swap(tls_config);
         }
         self.retention.replace(&sources);
-        if let Some(web) = &self.web {
-            web.reload(&sources, &config.alerts);
-        }
+        self.web.reload(&sources, &config.alerts);
         self.board.configure(&sources, &config.alerts);
         let _ = self.sources.send(sources.clone());
         let targets: usize = sources.iter().map(|s| s.targets.len()).sum();
@@ -371,14 +368,12 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let (sources_tx, sources_rx) = watch::channel(sources.clone());
     let (heartbeat_stop, heartbeat_stopped) = watch::channel(false);
     let board = Arc::new(crate::alerts::Board::new(&sources, &config.alerts));
-    // What runs on the SQLite inbox only, for now: the heartbeat and gaps,
-    // recovery, learnt secrets, alert notifications and the web inbox (configuration
-    // refuses what would need them on PostgreSQL).
+    // What runs on the SQLite inbox only, for now: the heartbeat and gaps, recovery and
+    // learnt secrets (configuration refuses what would need them on PostgreSQL).
     let mut learnt = Vec::new();
     let mut tasks = Vec::new();
     let mut heartbeat_task = None;
     let mut recover_task = None;
-    let mut web = None;
     tasks.push(tokio::spawn(retention::run_periodically(
         store.clone(),
         retention.clone(),
@@ -423,22 +418,20 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
             .job(|conn, _| store::learnt::all(conn))
             .await
             .context("reading the secrets sources learnt from handshakes")?;
-        tasks.push(tokio::spawn(crate::alerts::run(
-            board.clone(),
-            sq.readers.clone(),
-            writer.clone(),
-            metrics.clone(),
-            retention_stopped.clone(),
-        )));
-        web = Some(Arc::new(crate::web::Web::new(
-            sq.readers.clone(),
-            writer.clone(),
-            &config.admin,
-            &sources,
-            &config.alerts,
-            board.clone(),
-        )));
     }
+    tasks.push(tokio::spawn(crate::alerts::run(
+        board.clone(),
+        store.clone(),
+        metrics.clone(),
+        retention_stopped.clone(),
+    )));
+    let web = Arc::new(crate::web::Web::new(
+        store.clone(),
+        &config.admin,
+        &sources,
+        &config.alerts,
+        board.clone(),
+    ));
     let receiver = Arc::new(Receiver::new(
         &sources,
         &config.server,

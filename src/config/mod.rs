@@ -1055,15 +1055,21 @@ url = "http://127.0.0.1:3000/hooks"
                 err(&store(keys))
             );
         }
-        // What serve does not do on PostgreSQL yet is refused by name.
-        let alerts = format!(
-            "{}\n[[alerts]]\nname = \"ops\"\nurl = \"http://127.0.0.1:9/alerts\"\n",
-            store("backend = \"postgres\"\nurl = \"postgres://h@127.0.0.1/h\"")
-        );
+        // Alerts work on either; what serve does not do on PostgreSQL yet is refused by name.
+        let on_pg = store("backend = \"postgres\"\nurl = \"postgres://h@127.0.0.1/h\"");
+        let alerts =
+            format!("{on_pg}\n[[alerts]]\nname = \"ops\"\nurl = \"http://127.0.0.1:9/alerts\"\n");
+        assert!(load(&alerts).is_ok(), "{:?}", load(&alerts).err());
+        let recovering = on_pg
+            .replace("scheme = \"standard-webhooks\"", "scheme = \"stripe\"")
+            .replace(
+                "secrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]",
+                "secrets = [\"whsec_x\"]\nrecover = { api = \"stripe\", key = \"rk_test_x\" }",
+            );
         assert!(
-            err(&alerts).contains("need the SQLite inbox for now"),
+            err(&recovering).contains("recover needs the SQLite inbox for now"),
             "{}",
-            err(&alerts)
+            err(&recovering)
         );
     }
 }

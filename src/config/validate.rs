@@ -156,7 +156,7 @@ pub(super) fn validate(
         alerts.push(validate_target(rt, &at, &paths)?);
     }
     if let Backend::Postgres(_) = &backend {
-        not_yet_on_postgres(&sources, &alerts)?;
+        not_yet_on_postgres(&sources)?;
     }
     Ok(Config {
         path: path.to_owned(),
@@ -452,15 +452,7 @@ pub fn pg_store_from(
 
 /// What `serve` does not do yet with the inbox in PostgreSQL, refused by name rather than
 /// silently left out.
-fn not_yet_on_postgres(sources: &[Source], alerts: &[Target]) -> Result<(), String> {
-    if let Some(t) = alerts.first() {
-        return Err(format!(
-            "alerts ({:?}): alert notifications need the SQLite inbox for now; with \
-             backend = \"postgres\", alert with Prometheus on hookinbox's counters \
-             (README, \"Alerts\")",
-            t.name
-        ));
-    }
+fn not_yet_on_postgres(sources: &[Source]) -> Result<(), String> {
     for s in sources {
         if s.recover.is_some() {
             return Err(format!(

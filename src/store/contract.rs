@@ -14,6 +14,7 @@ use super::ingest::{NewEvent, Stored};
 use super::pause::{self, Paused};
 use super::queue::{self, ClaimRequest, Claimed, EventData, Finished, Recorded};
 use super::read;
+use super::sql::{self, Db};
 use super::writer::{Health, WriteError, Writer};
 
 #[derive(Clone)]
@@ -169,6 +170,53 @@ impl Store {
         match self {
             Store::Sqlite { writer, .. } => writer.commits(),
             Store::Postgres(pg) => pg.commits(),
+        }
+    }
+
+    /// Runs `read` on a connection that reads the inbox, the operator's SQL (the web
+    /// inbox's pages): on SQLite a read-only one next to the writer.
+    pub async fn read<T, F>(&self, read: F) -> anyhow::Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(Db) -> anyhow::Result<T> + Send + 'static,
+    {
+        let run: Box<dyn FnOnce() -> anyhow::Result<T> + Send> = match self {
+            Store::Sqlite { readers, .. } => {
+                let pool = readers.clone();
+                Box::new(move || {
+                    let conn = pool.get()?;
+                    read(Db::Sqlite(&conn))
+                })
+            }
+            Store::Postgres(pg) => {
+                let pool = pg.operator().clone();
+                Box::new(move || pool.with(read))
+            }
+        };
+        tokio::task::spawn_blocking(run).await?
+    }
+
+    /// Runs `change` in one write transaction, with the time as inbox text (the web
+    /// inbox's actions): on SQLite as a writer job, among the webhooks' batches. The
+    /// caller wakes the delivery loops ([`Store::commits`]) when it changed something.
+    pub async fn change<T, F>(&self, change: F) -> anyhow::Result<T>
+    where
+        T: Send + 'static,
+        F: FnMut(Db, &str) -> Result<T, sql::Error> + Send + 'static,
+    {
+        let mut change = change;
+        match self {
+            Store::Sqlite { writer, .. } => Ok(writer
+                .job(move |conn, now| Ok(change(Db::Sqlite(conn), now)?))
+                .await?),
+            Store::Postgres(pg) => {
+                let pool = pg.operator().clone();
+                tokio::task::spawn_blocking(move || {
+                    let now = crate::clock::iso_now();
+                    pool.with(|db| db.write(|tx| Ok(change(tx, &now)?)))
+                })
+                .await?
+            }
         }
     }
 

@@ -347,6 +347,43 @@ impl PgConn {
     }
 }
 
+/// A few [`PgConn`]s kept open between uses: `serve`'s web inbox reads and steers a
+/// PostgreSQL inbox through the same SQL as the commands, from blocking threads.
+pub struct PgPool {
+    store: crate::config::PgStore,
+    idle: std::sync::Mutex<Vec<PgConn>>,
+}
+
+/// Connections kept idle: the web inbox is one operator's browser, a page a few queries.
+const POOL_IDLE: usize = 2;
+
+impl PgPool {
+    pub fn new(store: crate::config::PgStore) -> PgPool {
+        PgPool {
+            store,
+            idle: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Runs `f` on an idle connection, or a new one; blocks (call it where blocking is
+    /// allowed). The connection goes back to the pool unless it broke.
+    pub fn with<T>(&self, f: impl FnOnce(Db) -> anyhow::Result<T>) -> anyhow::Result<T> {
+        let idle = self.idle.lock().expect("no panics while holding it").pop();
+        let conn = match idle {
+            Some(conn) if !conn.client.is_closed() => conn,
+            _ => PgConn::open(&self.store)?,
+        };
+        let result = f(Db::Postgres(&conn));
+        if !conn.client.is_closed() {
+            let mut idle = self.idle.lock().expect("no panics while holding it");
+            if idle.len() < POOL_IDLE {
+                idle.push(conn);
+            }
+        }
+        result
+    }
+}
+
 /// `?` and `?N` as PostgreSQL's `$N`; quoted text and identifiers are left alone.
 fn placeholders(sql: &str) -> String {
     let mut out = String::with_capacity(sql.len() + 8);

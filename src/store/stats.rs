@@ -5,7 +5,7 @@
 //! dead row through `deliveries_state`, which stays short while the backlog and the dead
 //! rows kept are thousands, not millions.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use super::sql::{Db, Error};
 
 /// One source over a window.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -40,32 +40,27 @@ impl TargetStats {
 }
 
 /// Each named source since `since` (inbox time text).
-pub fn sources(
-    conn: &Connection,
-    names: &[String],
-    since: &str,
-) -> rusqlite::Result<Vec<SourceStats>> {
-    let mut count =
-        conn.prepare_cached("SELECT count(*) FROM events WHERE source = ?1 AND received_at >= ?2")?;
-    let mut last = conn.prepare_cached("SELECT max(received_at) FROM events WHERE source = ?1")?;
+pub fn sources(db: Db, names: &[String], since: &str) -> Result<Vec<SourceStats>, Error> {
     names
         .iter()
         .map(|name| {
             Ok(SourceStats {
                 source: name.clone(),
-                events: count.query_row(params![name, since], |r| r.get(0))?,
-                last_received: last.query_row([name], |r| r.get(0)).optional()?.flatten(),
+                events: db.value(
+                    "SELECT count(*) FROM events WHERE source = ?1 AND received_at >= ?2",
+                    &[name, &since],
+                )?,
+                last_received: db.value(
+                    "SELECT max(received_at) FROM events WHERE source = ?1",
+                    &[name],
+                )?,
             })
         })
         .collect()
 }
 
 /// Each named (source, target) pair: attempts since `since`, and the queue now.
-pub fn targets(
-    conn: &Connection,
-    pairs: &[(String, String)],
-    since: &str,
-) -> rusqlite::Result<Vec<TargetStats>> {
+pub fn targets(db: Db, pairs: &[(String, String)], since: &str) -> Result<Vec<TargetStats>, Error> {
     let mut out: Vec<TargetStats> = pairs
         .iter()
         .map(|(source, target)| TargetStats {
@@ -79,34 +74,34 @@ pub fn targets(
             .position(|t| t.source == source && t.target == target)
     };
     let mut updates: Vec<(usize, Update)> = Vec::new();
-    let mut attempts = conn.prepare_cached(
-        "SELECT d.source, d.target, count(*), sum(a.outcome <> 'delivered')
+    // CASE, not a sum of the comparison: PostgreSQL has no sum of booleans.
+    for (s, t, n, failed) in db.rows(
+        "SELECT d.source, d.target, count(*),
+                sum(CASE WHEN a.outcome <> 'delivered' THEN 1 ELSE 0 END)
            FROM attempts a JOIN deliveries d ON d.id = a.delivery
           WHERE a.started_at >= ?1 GROUP BY 1, 2",
-    )?;
-    for row in attempts.query_map([since], |r| {
-        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-    })? {
-        let (s, t, n, failed) = row?;
+        &[&since],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+    )? {
         if let Some(i) = find(s, t) {
             updates.push((i, Update::Attempts(n, failed)));
         }
     }
-    let mut pending = conn.prepare_cached(
+    for (s, t, n, oldest) in db.rows(
         "SELECT source, target, count(*), min(created_at) FROM deliveries
           WHERE state IN ('pending', 'in_flight') GROUP BY 1, 2",
-    )?;
-    for row in pending.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))? {
-        let (s, t, n, oldest) = row?;
+        &[],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+    )? {
         if let Some(i) = find(s, t) {
             updates.push((i, Update::Pending(n, oldest)));
         }
     }
-    let mut dead = conn.prepare_cached(
+    for (s, t, n) in db.rows(
         "SELECT source, target, count(*) FROM deliveries WHERE state = 'dead' GROUP BY 1, 2",
-    )?;
-    for row in dead.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))? {
-        let (s, t, n) = row?;
+        &[],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )? {
         if let Some(i) = find(s, t) {
             updates.push((i, Update::Dead(n)));
         }

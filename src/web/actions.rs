@@ -81,30 +81,30 @@ impl Page<'_> {
         } else {
             ("resume", "resumed")
         };
-        let writer = self.web.writer.clone();
+        let inbox = self.web.store.clone();
         // In a task of its own, logged there: a browser that goes away mid-request drops
         // this handler, and a change that commits must still reach the log.
         let changed = tokio::spawn(async move {
-            let changed = writer
-                .job({
+            let changed = inbox
+                .change({
                     let (s, t, by) = (s.clone(), t.clone(), by.clone());
-                    move |conn, now| Ok(store::pause::set(store::sql::Db::Sqlite(conn), &s, &t, paused, &by, now)?)
+                    move |db, now| store::pause::set(db, &s, &t, paused, &by, now)
                 })
                 .await;
             match &changed {
                 Ok(changed) => {
                     // A resumed target's loop looks at once, not at its next idle poll.
-                    writer.commits().all();
+                    inbox.commits().all();
                     tracing::warn!(source = %s, target = %t, by, changed, "web inbox: {past} a target");
                 }
-                Err(e) => tracing::warn!(source = %s, target = %t, by, error = %e,
+                Err(e) => tracing::warn!(source = %s, target = %t, by, error = %format!("{e:#}"),
                     "web inbox: could not {verb} a target"),
             }
             changed
         })
         .await
         .map_err(anyhow::Error::from)
-        .and_then(|r| r.map_err(anyhow::Error::from));
+        .and_then(|r| r);
         match changed {
             Ok(changed) => {
                 let what = match (changed, paused) {
@@ -138,7 +138,7 @@ impl Page<'_> {
         };
         let planned = filter.clone();
         let plan = match self
-            .read(move |conn| Ok(store::replay::plan(store::sql::Db::Sqlite(conn), &planned)?))
+            .read(move |db| Ok(store::replay::plan(db, &planned)?))
             .await
         {
             Ok(plan) => plan,
@@ -149,33 +149,27 @@ impl Page<'_> {
         }
         let planned = plan.eligible.len();
         let eligible = plan.eligible;
-        let writer = self.web.writer.clone();
+        let inbox = self.web.store.clone();
         // In a task of its own, logged there: a browser that goes away mid-replay drops
         // this handler, and the replay must still finish and reach the log.
         let done = tokio::spawn(async move {
             let mut requeued = 0;
             for chunk in eligible.chunks(store::replay::CHUNK) {
                 let chunk = chunk.to_vec();
-                match writer
-                    .job(move |conn, now| {
-                        Ok(store::replay::requeue(
-                            store::sql::Db::Sqlite(conn),
-                            &chunk,
-                            now,
-                        )?)
-                    })
+                match inbox
+                    .change(move |db, now| store::replay::requeue(db, &chunk, now))
                     .await
                 {
                     Ok(n) => requeued += n,
                     Err(e) => {
-                        writer.commits().all();
-                        tracing::warn!(requeued, planned, by = %peer, filter = ?filter, error = %e,
-                            "web inbox: a replay stopped part way");
+                        inbox.commits().all();
+                        tracing::warn!(requeued, planned, by = %peer, filter = ?filter,
+                            error = %format!("{e:#}"), "web inbox: a replay stopped part way");
                         return Err((requeued, e));
                     }
                 }
             }
-            writer.commits().all();
+            inbox.commits().all();
             tracing::warn!(requeued, planned, by = %peer, filter = ?filter,
                 "web inbox: replayed deliveries under their idempotency keys");
             Ok(requeued)
@@ -184,7 +178,7 @@ impl Page<'_> {
         let requeued = match done {
             Ok(Ok(n)) => n,
             Ok(Err((n, e))) => {
-                return self.failed(&format!("re-queued {n}, then could not go on"), &e.into());
+                return self.failed(&format!("re-queued {n}, then could not go on"), &e);
             }
             Err(e) => return self.failed("replaying", &e.into()),
         };

@@ -32,8 +32,8 @@ use maud::{Markup, html};
 
 use crate::alerts::Board;
 use crate::config::{self, Source};
-use crate::store::read;
-use crate::store::writer::Writer;
+use crate::store::Store;
+use crate::store::sql::Db;
 
 /// No script, no frame, no plugin, nothing from elsewhere: the page's one stylesheet and its
 /// own forms. `form-action 'self'` keeps an injected form from posting anywhere else.
@@ -103,8 +103,8 @@ impl Configured {
 }
 
 pub struct Web {
-    readers: read::Pool,
-    writer: Writer,
+    /// Pages read it and actions change it through the store's operator connections.
+    store: Store,
     /// `admin.actions`.
     actions: bool,
     /// `admin.hosts`, lowercase.
@@ -118,8 +118,7 @@ pub struct Web {
 
 impl Web {
     pub fn new(
-        readers: read::Pool,
-        writer: Writer,
+        store: Store,
         admin: &config::Admin,
         sources: &[Arc<Source>],
         alerts: &[config::Target],
@@ -129,8 +128,7 @@ impl Web {
         ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut token)
             .expect("the system's random source works");
         Web {
-            readers,
-            writer,
+            store,
             actions: admin.actions,
             hosts: admin.hosts.clone(),
             csrf: crate::secret::Secret::new(hex::encode(token)),
@@ -426,14 +424,9 @@ impl<'a> Page<'a> {
     /// Runs `read` on a pooled read-only connection, off the async threads.
     async fn read<T: Send + 'static>(
         &self,
-        read: impl FnOnce(&rusqlite::Connection) -> anyhow::Result<T> + Send + 'static,
+        read: impl FnOnce(Db) -> anyhow::Result<T> + Send + 'static,
     ) -> anyhow::Result<T> {
-        let pool = self.web.readers.clone();
-        tokio::task::spawn_blocking(move || {
-            let conn = pool.get()?;
-            read(&conn)
-        })
-        .await?
+        self.web.store.read(read).await
     }
 
     fn not_found(&self) -> Response<Full<Bytes>> {

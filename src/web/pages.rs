@@ -1,5 +1,6 @@
-//! The pages: each reads what it shows from the read pool and renders it with maud, which
-//! escapes every value it interpolates.
+//! The pages: each reads what it shows through the store's operator connections (SQLite's
+//! read pool, or PostgreSQL) and renders it with maud, which escapes every value it
+//! interpolates.
 
 use std::time::{Duration, SystemTime};
 
@@ -10,10 +11,10 @@ use hyper::header;
 use hyper::http::StatusCode;
 use maud::{DOCTYPE, Markup, html};
 use rusqlite::types::Value;
-use rusqlite::{OptionalExtension, params_from_iter};
 
 use super::{Page, body, respond};
 use crate::commands::{conflicts, dead, show};
+use crate::store::sql::{self, Db, Dialect};
 use crate::store::stats;
 use crate::terminal::escape;
 use crate::{clock, store};
@@ -126,24 +127,23 @@ struct Row {
 /// The event list's query: only fixed fragments in the SQL, every value a parameter. As in
 /// `hookinbox events`, the primary key is walked downwards and the unary `+` keeps SQLite
 /// from sorting every match of a source or an `until` before the first page.
-fn list_events(
-    conn: &rusqlite::Connection,
-    f: &Filters,
-    before: Option<i64>,
-    limit: i64,
-) -> anyhow::Result<Vec<Row>> {
+fn list_events(db: Db, f: &Filters, before: Option<i64>, limit: i64) -> anyhow::Result<Vec<Row>> {
     let mut sql = String::from(
         "SELECT v.id, v.received_at, v.source, v.event_id, v.event_type, v.size, v.status,
                 v.deliveries, v.origin
-           FROM recent_events v WHERE 1",
+           FROM recent_events v WHERE TRUE",
     );
+    let (unindexed, contains) = match db.dialect() {
+        Dialect::Sqlite => ("+", "instr(v.event_id, ?) > 0"),
+        Dialect::Postgres => ("", "strpos(v.event_id, ?) > 0"),
+    };
     let mut values: Vec<Value> = Vec::new();
     let mut filter = |clause: &str, value: Value| {
         sql.push_str(clause);
         values.push(value);
     };
     if let Some(s) = &f.source {
-        filter(" AND +v.source = ?", s.clone().into());
+        filter(&format!(" AND {unindexed}v.source = ?"), s.clone().into());
     }
     if let Some(t) = &f.event_type {
         filter(" AND v.event_type = ?", t.clone().into());
@@ -155,31 +155,31 @@ fn list_events(
         filter(" AND v.received_at >= ?", t.clone().into());
     }
     if let Some(t) = &f.until {
-        filter(" AND +v.received_at < ?", t.clone().into());
+        filter(
+            &format!(" AND {unindexed}v.received_at < ?"),
+            t.clone().into(),
+        );
     }
     if let Some(q) = &f.q {
-        filter(" AND instr(v.event_id, ?) > 0", q.clone().into());
+        filter(&format!(" AND {contains}"), q.clone().into());
     }
     if let Some(id) = before {
         filter(" AND v.id < ?", id.into());
     }
     filter(" ORDER BY v.id DESC LIMIT ?", limit.into());
-    let rows = conn
-        .prepare(&sql)?
-        .query_map(params_from_iter(values), |r| {
-            Ok(Row {
-                id: r.get(0)?,
-                received_at: r.get(1)?,
-                source: r.get(2)?,
-                event_id: r.get(3)?,
-                event_type: r.get(4)?,
-                size: r.get(5)?,
-                status: r.get(6)?,
-                deliveries: r.get(7)?,
-                origin: r.get(8)?,
-            })
-        })?
-        .collect::<rusqlite::Result<_>>()?;
+    let rows = db.rows(&sql, &sql::refs(&values), |r| {
+        Ok(Row {
+            id: r.get(0)?,
+            received_at: r.get(1)?,
+            source: r.get(2)?,
+            event_id: r.get(3)?,
+            event_type: r.get(4)?,
+            size: r.get(5)?,
+            status: r.get(6)?,
+            deliveries: r.get(7)?,
+            origin: r.get(8)?,
+        })
+    })?;
     Ok(rows)
 }
 
@@ -276,11 +276,11 @@ impl Page<'_> {
         let configured = self.configured.clone();
         let since = clock::iso(SystemTime::now() - WINDOW);
         let read = self
-            .read(move |conn| {
-                let sources = stats::sources(conn, &configured.names(), &since)?;
-                let targets = stats::targets(conn, &configured.pairs(), &since)?;
-                let paused = store::pause::all(store::sql::Db::Sqlite(conn))?;
-                let recent = list_events(conn, &Filters::default(), None, RECENT)?;
+            .read(move |db| {
+                let sources = stats::sources(db, &configured.names(), &since)?;
+                let targets = stats::targets(db, &configured.pairs(), &since)?;
+                let paused = store::pause::all(db)?;
+                let recent = list_events(db, &Filters::default(), None, RECENT)?;
                 Ok((sources, targets, paused, recent))
             })
             .await;
@@ -431,7 +431,7 @@ impl Page<'_> {
         let before = self.param("before").and_then(|b| b.parse::<i64>().ok());
         let filters = f.clone();
         let mut rows = match self
-            .read(move |conn| list_events(conn, &filters, before, PAGE_SIZE + 1))
+            .read(move |db| list_events(db, &filters, before, PAGE_SIZE + 1))
             .await
         {
             Ok(rows) => rows,
@@ -471,19 +471,15 @@ impl Page<'_> {
 
     pub(super) async fn event(&self, id: i64) -> Response<Full<Bytes>> {
         let shown = match self
-            .read(move |conn| {
-                if conn
-                    .query_row("SELECT 1 FROM events WHERE id = ?1", [id], |_| Ok(()))
-                    .optional()?
+            .read(move |db| {
+                if db
+                    .row("SELECT 1 FROM events WHERE id = ?1", &[&id], |_| Ok(()))?
                     .is_none()
                 {
                     return Ok(None);
                 }
-                let paused = store::pause::all(store::sql::Db::Sqlite(conn))?;
-                Ok(Some((
-                    show::load(store::sql::Db::Sqlite(conn), id)?,
-                    paused,
-                )))
+                let paused = store::pause::all(db)?;
+                Ok(Some((show::load(db, id)?, paused)))
             })
             .await
         {
@@ -587,12 +583,12 @@ impl Page<'_> {
     /// The exact stored bytes, as a download that no browser renders.
     pub(super) async fn download(&self, id: i64) -> Response<Full<Bytes>> {
         let body = self
-            .read(move |conn| {
-                Ok(conn
-                    .query_row("SELECT body FROM payloads WHERE event = ?1", [id], |r| {
+            .read(move |db| {
+                Ok(
+                    db.row("SELECT body FROM payloads WHERE event = ?1", &[&id], |r| {
                         Ok(r.get_ref(0)?.as_bytes()?.to_vec())
-                    })
-                    .optional()?)
+                    })?,
+                )
             })
             .await;
         match body {
@@ -624,11 +620,24 @@ impl Page<'_> {
         let from = now - GAP_DAYS * 86_400;
         let since = crate::clock::iso_from_unix(from);
         let s = source.clone();
+        // Kept only by a SQLite inbox's heartbeat for now: on PostgreSQL, say so rather than
+        // show an empty table that reads as "never down".
         let rows = match self
-            .read(move |conn| Ok(crate::store::gaps::list(conn, &since, s.as_deref())?))
+            .read(move |db| match db {
+                Db::Sqlite(conn) => Ok(Some(crate::store::gaps::list(conn, &since, s.as_deref())?)),
+                Db::Postgres(_) => Ok(None),
+            })
             .await
         {
-            Ok(rows) => rows,
+            Ok(Some(rows)) => rows,
+            Ok(None) => {
+                let content = html! {
+                    p { "Gaps are recorded by a SQLite inbox's heartbeat; with the inbox in "
+                        "PostgreSQL they are not kept yet (with replicas, a gap is when every "
+                        "one was down). The logs of each replica say when it started and stopped." }
+                };
+                return respond(StatusCode::OK, self.layout("Gaps", content));
+            }
             Err(e) => return self.failed("reading gaps", &e),
         };
         let unix = |t: &str| crate::clock::unix_from_iso(t).unwrap_or(now);
@@ -691,14 +700,7 @@ impl Page<'_> {
         let target = self.param("target").map(str::to_owned);
         let (s, t) = (source.clone(), target.clone());
         let rows = match self
-            .read(move |conn| {
-                Ok(dead::list(
-                    store::sql::Db::Sqlite(conn),
-                    s.as_deref(),
-                    t.as_deref(),
-                    LISTED,
-                )?)
-            })
+            .read(move |db| Ok(dead::list(db, s.as_deref(), t.as_deref(), LISTED)?))
             .await
         {
             Ok(rows) => rows,
@@ -743,13 +745,7 @@ impl Page<'_> {
     pub(super) async fn conflicts(&self) -> Response<Full<Bytes>> {
         let source = self.param("source").map(str::to_owned);
         let rows = match self
-            .read(move |conn| {
-                Ok(conflicts::list(
-                    store::sql::Db::Sqlite(conn),
-                    source.as_deref(),
-                    LISTED,
-                )?)
-            })
+            .read(move |db| Ok(conflicts::list(db, source.as_deref(), LISTED)?))
             .await
         {
             Ok(rows) => rows,
@@ -787,44 +783,42 @@ impl Page<'_> {
             at: String,
         }
         let read = self
-            .read(move |conn| {
-                Ok(conn
-                    .query_row(
-                        "SELECT c.source, c.event_id, c.event, c.seen,
+            .read(move |db| {
+                Ok(db.row(
+                    "SELECT c.source, c.event_id, c.event, c.seen,
                                 c.original_sha256, e.size, o.body, o.headers, e.received_at,
                                 c.sha256, c.size, c.body, c.headers, c.received_at
                            FROM conflicts c
                            LEFT JOIN events e ON e.id = c.event
                            LEFT JOIN payloads o ON o.event = c.event
                           WHERE c.id = ?1",
-                        [id],
-                        |r| {
-                            let bytes = |i| -> rusqlite::Result<Option<Vec<u8>>> {
-                                Ok(r.get_ref(i)?.as_bytes_or_null()?.map(<[u8]>::to_vec))
-                            };
-                            Ok((
-                                r.get::<_, String>(0)?,
-                                r.get::<_, String>(1)?,
-                                r.get::<_, Option<i64>>(2)?,
-                                r.get::<_, i64>(3)?,
-                                Side {
-                                    sha256: r.get(4)?,
-                                    size: r.get::<_, Option<i64>>(5)?.unwrap_or(0),
-                                    body: bytes(6)?,
-                                    headers: r.get(7)?,
-                                    at: r.get::<_, Option<String>>(8)?.unwrap_or_default(),
-                                },
-                                Side {
-                                    sha256: r.get(9)?,
-                                    size: r.get(10)?,
-                                    body: bytes(11)?,
-                                    headers: r.get(12)?,
-                                    at: r.get(13)?,
-                                },
-                            ))
-                        },
-                    )
-                    .optional()?)
+                    &[&id],
+                    |r| {
+                        let bytes = |i| -> rusqlite::Result<Option<Vec<u8>>> {
+                            Ok(r.get_ref(i)?.as_bytes_or_null()?.map(<[u8]>::to_vec))
+                        };
+                        Ok((
+                            r.get::<String>(0)?,
+                            r.get::<String>(1)?,
+                            r.get::<Option<i64>>(2)?,
+                            r.get::<i64>(3)?,
+                            Side {
+                                sha256: r.get(4)?,
+                                size: r.get::<Option<i64>>(5)?.unwrap_or(0),
+                                body: bytes(6)?,
+                                headers: r.get(7)?,
+                                at: r.get::<Option<String>>(8)?.unwrap_or_default(),
+                            },
+                            Side {
+                                sha256: r.get(9)?,
+                                size: r.get(10)?,
+                                body: bytes(11)?,
+                                headers: r.get(12)?,
+                                at: r.get(13)?,
+                            },
+                        ))
+                    },
+                )?)
             })
             .await;
         let (source, event_id, original, seen, a, b) = match read {

@@ -64,8 +64,7 @@ retry = ["1s"]
     )
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_silent_source_is_announced_shown_and_cleared() {
+async fn a_silent_source_is_announced_shown_and_cleared(backend: Backend) {
     let sink = Sink::start(|_, _| Reply::Status(200)).await;
     let sources = format!(
         r#"
@@ -77,7 +76,10 @@ expect_every = "2s"
 {}"#,
         alerts_table(&sink.url())
     );
-    let server = TestServer::start(&sources).await;
+    let test = "alerts::a_silent_source_is_announced_shown_and_cleared";
+    let Some(server) = TestServer::on(backend, test, &sources).await else {
+        return;
+    };
     let started = wait_for_notice(&sink, "source_silent", "started", "sw").await;
     assert!(
         started["detail"].as_str().unwrap().contains("expect_every"),
@@ -115,8 +117,7 @@ expect_every = "2s"
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn failing_targets_dead_deliveries_rejections_and_conflicts_are_announced() {
+async fn failing_targets_dead_deliveries_rejections_and_conflicts_are_announced(backend: Backend) {
     let alerts = Sink::start(|_, _| Reply::Status(200)).await;
     let app = Sink::start(|_, _| Reply::Status(500)).await;
     let sources = format!(
@@ -124,7 +125,10 @@ async fn failing_targets_dead_deliveries_rejections_and_conflicts_are_announced(
         forwarding(&app.url(), "retry = []"),
         alerts_table(&alerts.url())
     );
-    let server = TestServer::start(&sources).await;
+    let test = "alerts::failing_targets_dead_deliveries_rejections_and_conflicts_are_announced";
+    let Some(server) = TestServer::on(backend, test, &sources).await else {
+        return;
+    };
     for i in 0..3 {
         let id = format!("evt_{i}");
         let body = event_body(&id, "");
@@ -180,8 +184,7 @@ async fn failing_targets_dead_deliveries_rejections_and_conflicts_are_announced(
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_notification_pending_at_a_restart_is_delivered_after_it_once() {
+async fn a_notification_pending_at_a_restart_is_delivered_after_it_once(backend: Backend) {
     let up = Arc::new(AtomicBool::new(false));
     let flag = up.clone();
     let alerts = Sink::start(move |_, _| {
@@ -208,10 +211,10 @@ retry = ["3s", "3s", "3s", "3s", "3s"]
 "#,
         alerts.url()
     );
-    let keep = tempfile::tempdir().unwrap();
-    let db = keep.path().join("inbox.db");
-    let server =
-        TestServer::start_at(tempfile::tempdir().unwrap(), db.clone(), SERVER, &sources).await;
+    let test = "alerts::a_notification_pending_at_a_restart_is_delivered_after_it_once";
+    let Some(server) = TestServer::on(backend, test, &sources).await else {
+        return;
+    };
     // An event, then silence: the silence starts 2 s after the event, whoever judges it.
     send(&server, "evt_1").await;
     wait_for_notice(&alerts, "source_silent", "started", "sw").await;
@@ -223,17 +226,15 @@ retry = ["3s", "3s", "3s", "3s", "3s"]
         1,
         "the refused notification waits for its retry"
     );
-    server.stop().await;
-
+    let server = server.restart(&sources).await;
     up.store(true, Ordering::SeqCst);
-    let server =
-        TestServer::start_at(tempfile::tempdir().unwrap(), db.clone(), SERVER, &sources).await;
-    wait_for_count(
-        &server.read(),
-        "SELECT count(*) FROM deliveries WHERE source = 'hookinbox.alerts' AND state = 'delivered'",
-        1,
-    )
-    .await;
+    server
+        .wait_count(
+            "SELECT count(*) FROM deliveries
+              WHERE source = 'hookinbox.alerts' AND state = 'delivered'",
+            1,
+        )
+        .await;
     // Judged again after the restart, the same silence is the same event: not a second
     // notification.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -256,3 +257,9 @@ retry = ["3s", "3s", "3s", "3s", "3s"]
     );
     server.stop().await;
 }
+
+on_both_backends!(
+    a_silent_source_is_announced_shown_and_cleared,
+    failing_targets_dead_deliveries_rejections_and_conflicts_are_announced,
+    a_notification_pending_at_a_restart_is_delivered_after_it_once,
+);

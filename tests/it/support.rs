@@ -131,6 +131,8 @@ pub fn signature_header(source: &str) -> &'static str {
 pub struct TestServer {
     /// Holds the temporary directory (config and inbox) until the server is dropped.
     _dir: tempfile::TempDir,
+    /// The directory of the server this one restarted, whose inbox it still uses.
+    _keep: Option<tempfile::TempDir>,
     pub db: PathBuf,
     pub base: String,
     pub admin: String,
@@ -247,13 +249,25 @@ impl TestServer {
     /// A server on `sources` with its inbox on `backend` (a fresh database for `test` on
     /// PostgreSQL); None when there is no PostgreSQL server, after [`skip`] said so.
     pub async fn on(backend: Backend, test: &str, sources: &str) -> Option<TestServer> {
+        Self::on_with(backend, test, SERVER, sources).await
+    }
+
+    /// [`TestServer::on`] with other `server` settings than [`SERVER`].
+    pub async fn on_with(
+        backend: Backend,
+        test: &str,
+        server: &str,
+        sources: &str,
+    ) -> Option<TestServer> {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("inbox.db");
         match backend {
-            Backend::Sqlite => Some(Self::start(sources).await),
+            Backend::Sqlite => Some(Self::start_full(dir, db, server, "", sources).await),
             Backend::Postgres => {
                 let url = fresh_database(&postgres(test)?).await;
-                let mut server = Self::start_store(&pg_store(&url), sources).await;
-                server.pg = Some(url);
-                Some(server)
+                let mut started = Self::start_full(dir, db, server, &pg_store(&url), sources).await;
+                started.pg = Some(url);
+                Some(started)
             }
         }
     }
@@ -283,9 +297,33 @@ impl TestServer {
             client: client(),
             running: Some(running),
             _dir: dir,
+            _keep: None,
             db,
             store: store.to_owned(),
             pg: None,
+        }
+    }
+
+    /// Stops the server and starts another on the same inbox (file or database) with
+    /// `sources`, as a restart of the service would.
+    pub async fn restart(mut self, sources: &str) -> TestServer {
+        if let Some(r) = self.running.take() {
+            r.shutdown().await;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let text = config_text_store(SERVER, &self.db, &self.store, sources);
+        let path = dir.path().join("hookinbox.toml");
+        std::fs::write(&path, &text).unwrap();
+        let running = serve::start(config::load(&path).unwrap()).await.unwrap();
+        TestServer {
+            base: format!("http://{}", running.public_addr),
+            admin: format!("http://{}", running.admin_addr),
+            config: config::load(&path).unwrap(),
+            running: Some(running),
+            // The old directory holds the SQLite inbox: kept until this server is dropped.
+            _keep: Some(self._dir),
+            _dir: dir,
+            ..self
         }
     }
 

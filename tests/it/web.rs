@@ -185,17 +185,17 @@ async fn send_hostile(server: &TestServer, source: &str, id: &str) {
     assert_eq!(server.post(source, &req).await.0, 200);
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_browser_filters_opens_an_event_sees_its_body_and_replays_it() {
-    let Some(b) =
-        browser("web::a_browser_filters_opens_an_event_sees_its_body_and_replays_it").await
-    else {
+async fn a_browser_filters_opens_an_event_sees_its_body_and_replays_it(backend: Backend) {
+    let test = "web::a_browser_filters_opens_an_event_sees_its_body_and_replays_it";
+    let Some(b) = browser(test).await else {
         return;
     };
     let c = &b.client;
     let sink = Sink::start(|_, _| Reply::Status(200)).await;
     let (config, sources) = web_config(&sink, true);
-    let server = TestServer::start_with(&config, &sources).await;
+    let Some(server) = TestServer::on_with(backend, test, &config, &sources).await else {
+        return;
+    };
     send_hostile(&server, "sw", "evt_hostile").await;
     for i in 0..3 {
         let body = event_body(&format!("evt_other_{i}"), "");
@@ -209,12 +209,12 @@ async fn a_browser_filters_opens_an_event_sees_its_body_and_replays_it() {
         br#"{"type":"invoice.paid","note":"changed"}"#,
     );
     assert_eq!(server.post("sw", &req).await.0, 409);
-    wait_for_count(
-        &server.read(),
-        "SELECT count(*) FROM deliveries WHERE state = 'delivered'",
-        1,
-    )
-    .await;
+    server
+        .wait_count(
+            "SELECT count(*) FROM deliveries WHERE state = 'delivered'",
+            1,
+        )
+        .await;
 
     // The overview: every source and target, and nothing the provider sent ran.
     c.goto(&format!("{}/", server.admin)).await.unwrap();
@@ -272,10 +272,10 @@ async fn a_browser_filters_opens_an_event_sees_its_body_and_replays_it() {
     let first = sink.received();
     assert_eq!(first.len(), 1);
     let row = "SELECT state || ' ' || updated_at FROM deliveries WHERE event = 1";
-    let before: String = server.read().query_row(row, [], |r| r.get(0)).unwrap();
+    let before = server.inbox().strings(row);
     let preview = press(c, "Replay this event", "preview").await;
     assert!(preview.contains("would re-queue 1"), "{preview}");
-    let after: String = server.read().query_row(row, [], |r| r.get(0)).unwrap();
+    let after = server.inbox().strings(row);
     assert_eq!(before, after, "a preview changes nothing");
     let done = press(c, "Re-queue", "Replayed").await;
     assert!(done.contains("Re-queued 1"), "{done}");
@@ -344,22 +344,24 @@ async fn a_browser_filters_opens_an_event_sees_its_body_and_replays_it() {
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn read_only_by_default_and_forged_posts_are_refused() {
-    let Some(b) = browser("web::read_only_by_default_and_forged_posts_are_refused").await else {
+async fn read_only_by_default_and_forged_posts_are_refused(backend: Backend) {
+    let test = "web::read_only_by_default_and_forged_posts_are_refused";
+    let Some(b) = browser(test).await else {
         return;
     };
     let c = &b.client;
     let sink = Sink::start(|_, _| Reply::Status(200)).await;
     let (_, sources) = web_config(&sink, false);
-    let server = TestServer::start(&sources).await;
+    let Some(server) = TestServer::on(backend, test, &sources).await else {
+        return;
+    };
     send_hostile(&server, "sw", "evt_1").await;
-    wait_for_count(
-        &server.read(),
-        "SELECT count(*) FROM deliveries WHERE state = 'delivered'",
-        1,
-    )
-    .await;
+    server
+        .wait_count(
+            "SELECT count(*) FROM deliveries WHERE state = 'delivered'",
+            1,
+        )
+        .await;
 
     // No action is offered, and the page says why.
     c.goto(&format!("{}/events/1", server.admin)).await.unwrap();
@@ -397,11 +399,13 @@ async fn read_only_by_default_and_forged_posts_are_refused() {
 
 /// Forged requests as an attacker's page or script would send them, to a server with
 /// actions on: each is refused and changes nothing. No browser needed.
-#[tokio::test]
-async fn actions_need_the_token_the_origin_and_a_known_host() {
+async fn actions_need_the_token_the_origin_and_a_known_host(backend: Backend) {
     let sink = Sink::start(|_, _| Reply::Status(200)).await;
     let (config, sources) = web_config(&sink, true);
-    let server = TestServer::start_with(&config, &sources).await;
+    let test = "web::actions_need_the_token_the_origin_and_a_known_host";
+    let Some(server) = TestServer::on_with(backend, test, &config, &sources).await else {
+        return;
+    };
     let client = client();
     let page = client
         .get(format!("{}/", server.admin))
@@ -553,3 +557,9 @@ async fn actions_need_the_token_the_origin_and_a_known_host() {
     assert_eq!(resp.bytes().await.unwrap(), HOSTILE_BODY.as_bytes());
     server.stop().await;
 }
+
+on_both_backends!(
+    a_browser_filters_opens_an_event_sees_its_body_and_replays_it,
+    read_only_by_default_and_forged_posts_are_refused,
+    actions_need_the_token_the_origin_and_a_known_host,
+);

@@ -147,6 +147,8 @@ pub struct Inbox {
     readers: Arc<Readers>,
     health: Arc<Health>,
     commits: Arc<Commits>,
+    /// The web inbox's blocking connections (the operator commands' SQL).
+    operator: Arc<super::sql::PgPool>,
 }
 
 impl Inbox {
@@ -196,7 +198,13 @@ impl Inbox {
             readers: Arc::new(Readers::new(connector, config.pool)),
             health,
             commits: Arc::default(),
+            operator: Arc::new(super::sql::PgPool::new(config.clone())),
         })
+    }
+
+    /// Connections for what an operator reads and steers (the web inbox).
+    pub fn operator(&self) -> &Arc<super::sql::PgPool> {
+        &self.operator
     }
 
     /// Stores one event; answers once its transaction committed.
