@@ -379,11 +379,6 @@ fn offline_command(
             commands::arm::run(db, offline, args, out)
         }
         Command::Prune(args) => {
-            let db = inbox.sqlite_only(
-                "prune",
-                "every serve replica applies the retention windows there each \
-                 store.retention_interval, skipping rows another replica holds",
-            )?;
             let Some(offline) = offline else {
                 anyhow::bail!("prune needs the config's retention windows: pass --config");
             };
@@ -396,7 +391,7 @@ fn offline_command(
                     keep_identity: s.keep_identity,
                 })
                 .collect();
-            commands::prune::run(db, &rules, args, out)
+            commands::prune::run(&inbox, &rules, args, out)
         }
         Command::Backup(args) => {
             let db = inbox.sqlite_only(

@@ -18,6 +18,7 @@ use rusqlite::{Connection, params};
 use serde::Serialize;
 use tokio::sync::watch;
 
+use super::sql::{Db, Dialect};
 use super::writer::Writer;
 use crate::clock;
 use crate::config::Source;
@@ -154,16 +155,26 @@ const KINDS: [Kind; 7] = [
 
 impl Kind {
     /// The keys of the rows due for removal: `?1` is the source, `?2` the cut-off. One
-    /// text for the prune and for the dry run, so the two never disagree.
-    fn candidates(self) -> String {
+    /// text for the prune and for the dry run, so the two never disagree. (PostgreSQL's
+    /// prune, `pg::queue`, takes the same rows; its dry run counts these, without SQLite's
+    /// index hints and `rowid`.)
+    fn candidates(self, dialect: Dialect) -> String {
+        let (unpruned, age, rowid) = match dialect {
+            Dialect::Sqlite => (
+                "INDEXED BY events_unpruned",
+                "INDEXED BY events_age",
+                "rowid",
+            ),
+            Dialect::Postgres => ("", "", "1"),
+        };
         match self {
             Kind::Payloads => format!(
-                "SELECT e.id FROM events e INDEXED BY events_unpruned
+                "SELECT e.id FROM events e {unpruned}
                   WHERE e.source = ?1 AND e.received_at < ?2 AND e.pruned_at IS NULL
                     AND {PAYLOAD_DONE}"
             ),
             Kind::Events => format!(
-                "SELECT e.id FROM events e INDEXED BY events_age
+                "SELECT e.id FROM events e {age}
                   WHERE e.source = ?1 AND e.received_at < ?2 AND {FINISHED}"
             ),
             Kind::Conflicts => {
@@ -174,19 +185,19 @@ impl Kind {
                                   AND d.state NOT IN ('pending', 'in_flight')"
                 .into(),
             Kind::OrderKeys => {
-                "SELECT rowid FROM order_keys WHERE source = ?1 AND updated_at < ?2".into()
+                format!("SELECT {rowid} FROM order_keys WHERE source = ?1 AND updated_at < ?2")
             }
             Kind::Gaps => "SELECT id FROM gaps WHERE source = ?1 AND ended_at < ?2".into(),
-            Kind::Requests => "SELECT rowid FROM recovery_requests
-                                WHERE source = ?1 AND requested_at < ?2"
-                .into(),
+            Kind::Requests => format!(
+                "SELECT {rowid} FROM recovery_requests WHERE source = ?1 AND requested_at < ?2"
+            ),
         }
     }
 
     /// The statement that removes at most [`CHUNK`] of them (`?3`); payloads take two
     /// statements and go by [`prune_payloads`].
     fn removal(self) -> Option<String> {
-        let chunk = format!("{} LIMIT ?3", self.candidates());
+        let chunk = format!("{} LIMIT ?3", self.candidates(Dialect::Sqlite));
         Some(match self {
             Kind::Payloads => return None,
             Kind::Events => format!("DELETE FROM events WHERE id IN ({chunk})"),
@@ -247,7 +258,10 @@ fn prune_payloads(
     now: SystemTime,
 ) -> rusqlite::Result<usize> {
     let ids: Vec<i64> = conn
-        .prepare_cached(&format!("{} LIMIT ?3", Kind::Payloads.candidates()))?
+        .prepare_cached(&format!(
+            "{} LIMIT ?3",
+            Kind::Payloads.candidates(Dialect::Sqlite)
+        ))?
         .query_map(params![source, cutoff, CHUNK], |r| r.get(0))?
         .collect::<rusqlite::Result<_>>()?;
     let stamp = clock::iso(now);
@@ -260,14 +274,16 @@ fn prune_payloads(
     Ok(ids.len())
 }
 
-/// What [`prune_chunk`] would do for `rule`, counted in full (a dry run).
-pub fn count(conn: &Connection, rule: &Rule, now: SystemTime) -> rusqlite::Result<Pruned> {
+/// What [`prune_chunk`] (or PostgreSQL's prune) would do for `rule`, counted in full (a
+/// dry run).
+pub fn count(db: Db, rule: &Rule, now: SystemTime) -> Result<Pruned, super::sql::Error> {
     let mut would = Pruned::default();
     for kind in KINDS {
-        let sql = format!("SELECT count(*) FROM ({})", kind.candidates());
-        let n = conn
-            .prepare_cached(&sql)?
-            .query_row(params![rule.source, kind.cutoff(rule, now)], |r| r.get(0))?;
+        let sql = format!(
+            "SELECT count(*) FROM ({}) AS due",
+            kind.candidates(db.dialect())
+        );
+        let n = db.value(&sql, &[&rule.source, &kind.cutoff(rule, now)])?;
         kind.count_into(&mut would, n);
     }
     Ok(would)

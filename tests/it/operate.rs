@@ -1,6 +1,6 @@
 //! Operating hookinbox: replay, retention, backup, metrics, reload, logs. The commands are
-//! run as the real binary against an inbox that a real server filled; replay and dead on
-//! SQLite and on PostgreSQL.
+//! run as the real binary against an inbox that a real server filled; replay, dead and
+//! prune on SQLite and on PostgreSQL.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -314,8 +314,9 @@ async fn metrics_are_valid_and_count_each_kind_of_request() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn retention_drops_payloads_keeps_identities_and_still_recognises_redeliveries() {
+async fn retention_drops_payloads_keeps_identities_and_still_recognises_redeliveries(
+    backend: Backend,
+) {
     let sources = r#"
 [[sources]]
 name = "sw"
@@ -324,7 +325,10 @@ secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
 keep_payload = "1s"
 keep_identity = "4s"
 "#;
-    let server = TestServer::start(sources).await;
+    let test = "operate::retention_drops_payloads_keeps_identities";
+    let Some(server) = TestServer::on(backend, test, sources).await else {
+        return;
+    };
     let req = server.sign("sw", "msg_old", &event_body("msg_old", "payload"));
     assert_eq!(server.post("sw", &req).await.0, 200);
     tokio::time::sleep(Duration::from_millis(1200)).await;
@@ -639,4 +643,5 @@ async fn a_reload_that_fails_late_switches_nothing() {
 on_both_backends!(
     replay_of_a_dead_delivery_reaches_the_target_again_under_the_same_key,
     dead_prints_the_ids_replay_takes_and_replay_lists_what_it_requeues,
+    retention_drops_payloads_keeps_identities_and_still_recognises_redeliveries,
 );
