@@ -250,7 +250,8 @@ pub fn run(cli: Cli) -> Exit {
             with_config(config, cli.db.clone(), cli.command)
         }
         _ => {
-            // The operator commands read the config without its secrets, or need none.
+            // The operator commands read the config without the sources' secrets (a
+            // PostgreSQL inbox's password only), or need none.
             let offline = match (&cli.db, config::load_offline(&path)) {
                 (_, Ok(o)) => Ok(o),
                 // --db names the inbox; only prune still needs the config.

@@ -946,8 +946,8 @@ fn readme_sql(marker: &str) -> Vec<String> {
         .collect()
 }
 
-/// psql answers the README's questions with the README's queries, and the README's SQL for
-/// pausing, resuming and replaying on PostgreSQL does what the commands do.
+/// psql answers the README's questions with the README's queries; pause, resume and replay
+/// steer a PostgreSQL inbox, and the README's SQL retires a removed target.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_readmes_queries_and_steering_sql_work_on_postgres() {
     let Some(url) = database("pg_store::the_readmes_queries").await else {
@@ -1014,14 +1014,19 @@ url = "{}"
         .get(0);
     assert_eq!(recent, "dead");
 
-    let steering = readme_sql("Until the operator commands read PostgreSQL");
-    assert_eq!(steering.len(), 4, "{steering:?}");
-    db.batch_execute(&steering[0]).await.unwrap();
+    // Steering is the commands', as on SQLite; retiring a removed target is the README's SQL.
+    let config = server.config.path.display().to_string();
+    let cli = |args: &[&str]| {
+        let (code, out, err) = hookinbox(&[args, &["--config", &config]].concat());
+        assert_eq!(code, 0, "{args:?}: {err}");
+        out
+    };
+    assert!(cli(&["pause", "stripe/app"]).starts_with("paused stripe/app"));
     assert_eq!(count(&db, "SELECT count(*) FROM paused_targets").await, 1);
-    db.batch_execute(&steering[1]).await.unwrap();
+    cli(&["resume", "stripe/app"]);
     assert_eq!(count(&db, "SELECT count(*) FROM paused_targets").await, 0);
     gone.store(false, std::sync::atomic::Ordering::Relaxed);
-    db.batch_execute(&steering[2]).await.unwrap();
+    assert!(cli(&["replay", "--dead", "--source", "stripe"]).starts_with("re-queued 1"));
     wait_count(
         &db,
         "SELECT count(*) FROM deliveries WHERE state = 'delivered'",
@@ -1029,8 +1034,10 @@ url = "{}"
         Duration::from_secs(10),
     )
     .await;
+    let steering = readme_sql("One change is SQL");
+    assert_eq!(steering.len(), 1, "{steering:?}");
     // Retiring a removed target touches that target's waiting deliveries only.
-    db.batch_execute(&steering[3]).await.unwrap();
+    db.batch_execute(&steering[0]).await.unwrap();
     assert_eq!(
         count(
             &db,
