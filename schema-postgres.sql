@@ -226,3 +226,17 @@ SELECT c.id, c.last_seen_at, c.source, c.account, c.event_id, c.seen,
        c.original_sha256, c.sha256, c.size, c.received_at, c.event AS original_event
   FROM conflicts c
  ORDER BY c.last_seen_at DESC;
+
+-- migrate: 2
+
+-- A target's rate limit (`rate = "50/s"`), shared by the replicas: the moment its bucket is
+-- full again (the generic cell rate algorithm's "theoretical arrival time"), on the
+-- database's clock. A claim of a rate-limited target takes its row FOR UPDATE SKIP LOCKED,
+-- claims at most what the bucket holds and moves the moment on, so that the replicas
+-- together start no more than the rate allows. One row per target that has a rate.
+CREATE TABLE target_paces (
+    source  TEXT        NOT NULL,
+    target  TEXT        NOT NULL,
+    full_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (source, target)
+);

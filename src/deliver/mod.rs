@@ -29,7 +29,7 @@ use crate::config::{Rate, Source, Target, TargetKind};
 use crate::metrics::{AttemptLabels, Metrics, TargetLabels};
 use crate::store::Store;
 use crate::store::pause::Paused;
-use crate::store::queue::{ClaimRequest, Claimed, EventData, Finished, Next};
+use crate::store::queue::{ClaimRequest, Claimed, Claims, EventData, Finished, Next};
 use pace::Pace;
 
 /// How long a target's task sleeps at most before looking for due work again, when nothing
@@ -512,11 +512,15 @@ async fn run_target(
                     lease: t.lease,
                     max_attempts: t.max_attempts(),
                     ordered: t.ordered,
+                    rate: t.rate,
                 };
                 match shared.store.claim(request).await {
                     // Claimed, then forgotten as a crash would: the leases bring them back.
                     Ok(_) if crate::failpoint::error("deliver.after_claim") => due = None,
-                    Ok(claims) => {
+                    Ok(Claims {
+                        claimed: claims,
+                        rate_wait,
+                    }) => {
                         if let Some(p) = &mut pace {
                             p.take(claims.len(), Instant::now());
                         }
@@ -536,7 +540,14 @@ async fn run_target(
                             // stopped this claim, the next turn sleeps until it allows more).
                             continue;
                         }
-                        due = look(&shared.store, &t).await.and_then(|l| l.due);
+                        if let Some(rate_wait) = rate_wait {
+                            // The replicas' shared rate gave fewer: sleep until it allows
+                            // one more (or an attempt ends).
+                            due = None;
+                            wait = rate_wait.min(IDLE_POLL);
+                        } else {
+                            due = look(&shared.store, &t).await.and_then(|l| l.due);
+                        }
                     }
                     Err(e) => {
                         tracing::warn!(source = %t.source, target = %t.name, error = %e, "claiming deliveries failed");

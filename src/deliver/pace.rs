@@ -9,7 +9,8 @@
 //! Kept as the time the bucket is full again (the generic cell rate algorithm's
 //! "theoretical arrival time"): one instant, no refill timer, exact in whole nanoseconds.
 //! It lives in memory, per loop: a restart or a reload starts with a full bucket, at most a
-//! burst early.
+//! burst early. Replicas on PostgreSQL share a second bucket of the same kind, kept in the
+//! inbox and taken by the claim (`store::pg`), so that together they keep the rate.
 
 use std::time::{Duration, Instant};
 

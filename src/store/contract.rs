@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use super::commits::Commits;
 use super::ingest::{NewEvent, Stored};
 use super::pause::{self, Paused};
-use super::queue::{self, ClaimRequest, Claimed, EventData, Finished, Recorded};
+use super::queue::{self, ClaimRequest, Claims, EventData, Finished, Recorded};
 use super::read;
 use super::sql::{self, Db};
 use super::writer::{Health, WriteError, Writer};
@@ -45,9 +45,12 @@ impl Store {
     }
 
     /// Claims due deliveries of one target.
-    pub async fn claim(&self, request: ClaimRequest) -> Result<Vec<Claimed>, WriteError> {
+    pub async fn claim(&self, request: ClaimRequest) -> Result<Claims, WriteError> {
         match self {
-            Store::Sqlite { writer, .. } => writer.claim(request).await,
+            Store::Sqlite { writer, .. } => Ok(Claims {
+                claimed: writer.claim(request).await?,
+                rate_wait: None,
+            }),
             Store::Postgres(pg) => pg.claim(request).await,
         }
     }

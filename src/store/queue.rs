@@ -51,6 +51,18 @@ pub struct ClaimRequest {
     pub max_attempts: u32,
     /// Whether the source orders its events (only then can anything be superseded).
     pub ordered: bool,
+    /// The target's rate limit. One SQLite inbox has one serve, whose loop paces the
+    /// target; replicas on PostgreSQL share the limit through the claim.
+    pub rate: Option<crate::config::Rate>,
+}
+
+/// What a claim gave.
+#[derive(Debug, Default)]
+pub struct Claims {
+    pub claimed: Vec<Claimed>,
+    /// When a rate shared with other replicas gave fewer than asked: how long until one
+    /// more may start.
+    pub rate_wait: Option<Duration>,
 }
 
 /// One claimed delivery, ready for an attempt.

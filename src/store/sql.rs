@@ -151,7 +151,7 @@ impl<'a> Db<'a> {
     fn batch(self, sql: &str) -> Result<(), Error> {
         match self {
             Db::Sqlite(conn) => Ok(conn.execute_batch(sql)?),
-            Db::Postgres(pg) => Ok(pg.runtime.block_on(pg.client.batch_execute(sql))?),
+            Db::Postgres(pg) => Ok(pg.block_on(pg.client.batch_execute(sql))?),
         }
     }
 }
@@ -250,8 +250,20 @@ impl From<Error> for rusqlite::Error {
 
 /// A blocking PostgreSQL connection to the inbox, for the operator's commands.
 pub struct PgConn {
-    runtime: tokio::runtime::Runtime,
+    /// Always Some but while dropping (see the Drop impl).
+    runtime: Option<tokio::runtime::Runtime>,
     client: tokio_postgres::Client,
+}
+
+/// A runtime may not be dropped where blocking is not allowed, and `serve` drops its pool's
+/// idle connections from its async shutdown: the runtime is let go without waiting for its
+/// tasks (the connection's driver, which the dropped client ends anyway).
+impl Drop for PgConn {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 impl PgConn {
@@ -274,7 +286,10 @@ impl PgConn {
         let client = runtime
             .block_on(connector.connect())
             .map_err(|e| anyhow::anyhow!("{}", crate::pg::describe(&e)))?;
-        let pg = PgConn { runtime, client };
+        let pg = PgConn {
+            runtime: Some(runtime),
+            client,
+        };
         let exists: bool =
             Db::Postgres(&pg).value("SELECT to_regclass('schema_migrations') IS NOT NULL", &[])?;
         let found: i64 = if exists {
@@ -299,14 +314,19 @@ impl PgConn {
         }
     }
 
+    fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.runtime
+            .as_ref()
+            .expect("taken only while dropping")
+            .block_on(f)
+    }
+
     fn prepare(
         &self,
         sql: &str,
         params: &[&dyn ToSql],
     ) -> Result<(tokio_postgres::Statement, Vec<Param>), Error> {
-        let stmt = self
-            .runtime
-            .block_on(self.client.prepare(&placeholders(sql)))?;
+        let stmt = self.block_on(self.client.prepare(&placeholders(sql)))?;
         if stmt.params().len() != params.len() {
             return Err(Error::Convert(format!(
                 "{} parameters for {} placeholders in {sql}",
@@ -327,7 +347,7 @@ impl PgConn {
         let (stmt, values) = self.prepare(sql, params)?;
         let refs: Vec<&(dyn PgToSql + Sync)> =
             values.iter().map(|v| v as &(dyn PgToSql + Sync)).collect();
-        let rows = self.runtime.block_on(self.client.query(&stmt, &refs))?;
+        let rows = self.block_on(self.client.query(&stmt, &refs))?;
         rows.iter()
             .map(|r| {
                 (0..r.len())
@@ -342,7 +362,7 @@ impl PgConn {
         let (stmt, values) = self.prepare(sql, params)?;
         let refs: Vec<&(dyn PgToSql + Sync)> =
             values.iter().map(|v| v as &(dyn PgToSql + Sync)).collect();
-        let n = self.runtime.block_on(self.client.execute(&stmt, &refs))?;
+        let n = self.block_on(self.client.execute(&stmt, &refs))?;
         Ok(n as usize)
     }
 }

@@ -1294,3 +1294,52 @@ async fn concurrent_duplicates_and_racing_versions_across_two_replicas() {
         r.stop().await;
     }
 }
+
+/// A target's `rate` holds for the replicas together: two of them over one database start
+/// no more attempts than the rate allows, not the rate each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_targets_rate_is_shared_by_the_replicas() {
+    let Some(url) = database("pg_store::a_targets_rate_is_shared_by_the_replicas").await else {
+        return;
+    };
+    let sink = Sink::start(|_, _| Reply::Status(200)).await;
+    // Slots for all at once on each replica: only the rate can spread them out.
+    let sources = forwarding(&sink.url(), "concurrency = 16\nrate = \"2/s\"");
+    let a = TestServer::start_store(&pg_store(&url), &sources).await;
+    let b = TestServer::start_store(&pg_store(&url), &sources).await;
+    let db = pg_connect(&url).await;
+    // Held back while they arrive, so that both replicas find all of them due at once.
+    db.batch_execute(
+        "INSERT INTO paused_targets VALUES ('sw', 'app', '2026-01-01T00:00:00.000Z', 'test')",
+    )
+    .await
+    .unwrap();
+    for n in 0..8 {
+        let id = format!("evt_rate_{n}");
+        let to = if n % 2 == 0 { &a } else { &b };
+        let req = to.sign("sw", &id, &event_body(&id, ""));
+        assert_eq!(to.post("sw", &req).await.0, 200);
+    }
+    db.batch_execute("DELETE FROM paused_targets")
+        .await
+        .unwrap();
+    wait_count(
+        &db,
+        "SELECT count(*) FROM deliveries WHERE state = 'delivered'",
+        8,
+        Duration::from_secs(30),
+    )
+    .await;
+    let at: Vec<Instant> = sink.received().iter().map(|r| r.at).collect();
+    assert_eq!(at.len(), 8, "each attempt once");
+    // At 2/s, one at a time, eight starts span 3.5 s; each replica at 2/s of its own would
+    // send its four within 1.5 s. A slow machine only spreads them further.
+    let spread = *at.iter().max().unwrap() - *at.iter().min().unwrap();
+    assert!(
+        spread >= Duration::from_secs(3),
+        "eight attempts at 2/s over two replicas arrived within {spread:?}"
+    );
+    assert_eq!(count(&db, "SELECT count(*) FROM attempts").await, 8);
+    a.stop().await;
+    b.stop().await;
+}

@@ -30,7 +30,7 @@ use tokio_postgres::Client;
 use super::commits::Commits;
 use super::ingest::{NewEvent, Stored};
 use super::pause::Paused;
-use super::queue::{ClaimRequest, Claimed, EventData, Finished, Recorded};
+use super::queue::{ClaimRequest, Claims, EventData, Finished, Recorded};
 use super::writer::{Health, QUEUE_CAPACITY, WriteError};
 use crate::config::PgStore;
 use crate::metrics::Metrics;
@@ -218,7 +218,7 @@ impl Inbox {
         stored
     }
 
-    pub async fn claim(&self, request: ClaimRequest) -> Result<Vec<Claimed>, WriteError> {
+    pub async fn claim(&self, request: ClaimRequest) -> Result<Claims, WriteError> {
         batch::submit(&self.queue, true, |reply| {
             queue::Job::Claim(request, batch::Slot::new(reply))
         })

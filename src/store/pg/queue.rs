@@ -18,12 +18,12 @@ use tokio_postgres::{Client, Transaction};
 use super::batch::{self, BatchError, Prepared, Slot};
 use crate::pg::text as pg_text;
 use crate::store::pause::Paused;
-use crate::store::queue::{ClaimRequest, Claimed, EventData, Finished, Next, Recorded};
+use crate::store::queue::{ClaimRequest, Claimed, Claims, EventData, Finished, Next, Recorded};
 use crate::store::retention::{self, Pruned, Rule};
 use crate::store::writer::WriteError;
 
 pub enum Job {
-    Claim(ClaimRequest, Slot<Vec<Claimed>>),
+    Claim(ClaimRequest, Slot<Claims>),
     Finish(Finished, Slot<Recorded>),
     Sweep(Slot<usize>),
     /// One chunk of a source's retention (see [`crate::store::retention`]).
@@ -160,6 +160,79 @@ async fn claim(
     prepared: &Prepared,
     req: &ClaimRequest,
     now: &str,
+) -> Result<Claims, tokio_postgres::Error> {
+    let Some(rate) = &req.rate else {
+        return Ok(Claims {
+            claimed: claim_up_to(tx, prepared, req, req.limit, now).await?,
+            rate_wait: None,
+        });
+    };
+    // The shared bucket (`target_paces`): what is owed of it now, in seconds. Its row is
+    // taken without waiting; a replica claiming this target right now has it, and this one
+    // claims nothing this turn.
+    let (source, target) = (&req.source, &req.target);
+    let owed = "SELECT greatest(extract(epoch FROM full_at - now()), 0)::float8";
+    let mut row = tx
+        .query_opt(
+            &format!(
+                "{owed} FROM target_paces WHERE source = $1 AND target = $2
+                 FOR UPDATE SKIP LOCKED"
+            ),
+            &[source, target],
+        )
+        .await?;
+    if row.is_none() {
+        // Its first claim (the row is made by whoever claims first), or locked.
+        row = tx
+            .query_opt(
+                "INSERT INTO target_paces (source, target, full_at) VALUES ($1, $2, now())
+                 ON CONFLICT DO NOTHING RETURNING 0::float8",
+                &[source, target],
+            )
+            .await?;
+    }
+    let interval = rate.interval().as_secs_f64();
+    let Some(row) = row else {
+        return Ok(Claims {
+            claimed: Vec::new(),
+            rate_wait: Some(rate.interval()),
+        });
+    };
+    let owed: f64 = row.get(0);
+    let capacity = interval * f64::from(rate.burst());
+    // A nanosecond's slack, so that rounding never refuses a whole interval's room.
+    let room = ((capacity - owed) / interval + 1e-9).floor().max(0.0) as usize;
+    let allowed = room.min(req.limit);
+    let claimed = if allowed > 0 {
+        claim_up_to(tx, prepared, req, allowed, now).await?
+    } else {
+        Vec::new()
+    };
+    if !claimed.is_empty() {
+        tx.execute(
+            "UPDATE target_paces
+                SET full_at = greatest(full_at, now()) + $3::float8 * interval '1 second'
+              WHERE source = $1 AND target = $2",
+            &[source, target, &(interval * claimed.len() as f64)],
+        )
+        .await?;
+    }
+    // Fewer than asked because of the rate (it gave less than asked, and all it gave was
+    // taken; fewer due is no reason to wait): when one more may start.
+    let rate_wait = (allowed < req.limit && claimed.len() == allowed).then(|| {
+        let owed = owed + interval * claimed.len() as f64;
+        std::time::Duration::from_secs_f64((owed - (capacity - interval)).max(0.0))
+    });
+    Ok(Claims { claimed, rate_wait })
+}
+
+/// Claims at most `limit` due deliveries of the target.
+async fn claim_up_to(
+    tx: &Transaction<'_>,
+    prepared: &Prepared,
+    req: &ClaimRequest,
+    limit: usize,
+    now: &str,
 ) -> Result<Vec<Claimed>, tokio_postgres::Error> {
     // Only ordering needs the lock: without it, SKIP LOCKED alone gives each row to one
     // replica.
@@ -193,7 +266,7 @@ async fn claim(
     // The lease runs on the database's clock, as the sweep reads it: a replica whose clock
     // is ahead cannot take another's live lease for expired.
     let lease_seconds = req.lease.as_secs_f64();
-    let limit = req.limit as i64;
+    let limit = limit as i64;
     let update = prepared
         .get(
             tx,
