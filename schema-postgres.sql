@@ -240,3 +240,9 @@ CREATE TABLE target_paces (
     full_at TIMESTAMPTZ NOT NULL,
     PRIMARY KEY (source, target)
 );
+
+-- With replicas, each keeps its own row of when it was receiving each source (`replica`:
+-- its host and listen address): a source is down only while no replica is receiving it.
+ALTER TABLE receiving ADD COLUMN replica TEXT NOT NULL DEFAULT '';
+ALTER TABLE receiving DROP CONSTRAINT receiving_pkey;
+ALTER TABLE receiving ADD PRIMARY KEY (source, replica);

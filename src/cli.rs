@@ -414,14 +414,7 @@ fn offline_command(
         }
         Command::Conflicts(args) => commands::conflicts::run(&inbox, args, out),
         Command::Dead(args) => commands::dead::run(&inbox, args, out),
-        Command::Gaps(args) => {
-            let db = inbox.sqlite_only(
-                "gaps",
-                "the record of when hookinbox was not receiving is not kept there yet (with \
-                 replicas a gap is when every one was down)",
-            )?;
-            commands::gaps::run(db, args, out)
-        }
+        Command::Gaps(args) => commands::gaps::run(&inbox, args, out),
         Command::Serve
         | Command::MigrateStore(_)
         | Command::Recover(_)

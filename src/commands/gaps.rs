@@ -3,14 +3,14 @@
 //! each source's state now.
 
 use std::io::Write;
-use std::path::Path;
 
 use anyhow::Context as _;
 use serde::Serialize;
 
 use crate::clock;
 use crate::recover::watch::HEARTBEAT;
-use crate::store::{self, gaps};
+use crate::store::gaps;
+use crate::store::sql::Inbox;
 use crate::terminal::Table;
 
 #[derive(Debug, clap::Args)]
@@ -47,16 +47,33 @@ struct Open {
     why: String,
 }
 
-pub fn run(db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
+pub fn run(inbox: &Inbox, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
     let since = clock::parse_time_arg(&args.since).map_err(|e| anyhow::anyhow!("--since: {e}"))?;
-    let conn = store::read::open_current(db)
-        .with_context(|| format!("opening the inbox {}", db.display()))?;
-    let listed = gaps::list(&conn, &since, args.source.as_deref())
-        .with_context(|| format!("reading gaps from {}", db.display()))?;
-    let receiving = gaps::receiving(&conn)?;
+    let conn = inbox.read()?;
+    let listed = gaps::list(conn.db(), &since, args.source.as_deref())
+        .with_context(|| format!("reading gaps from {}", inbox.name()))?;
+    let receiving = gaps::receiving(conn.db())?;
     drop(conn);
     let now = clock::unix_now();
-    let open: Vec<Open> = receiving
+    let live = |r: &gaps::Receiving| {
+        r.stopped_at.is_none()
+            && r.rejecting_since.is_none()
+            && clock::unix_from_iso(&r.heartbeat_at)
+                .is_some_and(|beat| now - beat <= 3 * HEARTBEAT.as_secs() as i64)
+    };
+    // With replicas a source has a row per replica, newest heartbeat first: it is receiving
+    // while any replica is; otherwise the newest row says why not.
+    let mut sources: Vec<gaps::Receiving> = Vec::new();
+    for r in receiving {
+        if sources.last().is_some_and(|s| s.source == r.source) {
+            if live(&r) {
+                *sources.last_mut().expect("just checked") = r;
+            }
+        } else {
+            sources.push(r);
+        }
+    }
+    let open: Vec<Open> = sources
         .into_iter()
         .filter(|r| args.source.as_ref().is_none_or(|s| s == &r.source))
         .filter_map(|r| {

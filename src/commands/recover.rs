@@ -140,11 +140,12 @@ pub fn run(config: Config, db: &Path, args: &Args, out: &mut impl Write) -> anyh
             );
             inbox
                 .run(move |conn, now| {
-                    let ids: Vec<i64> = store::gaps::list(conn, &from, Some(&name))?
-                        .into_iter()
-                        .filter(|g| g.started_at >= from && g.ended_at <= until)
-                        .map(|g| g.id)
-                        .collect();
+                    let ids: Vec<i64> =
+                        store::gaps::list(store::sql::Db::Sqlite(conn), &from, Some(&name))?
+                            .into_iter()
+                            .filter(|g| g.started_at >= from && g.ended_at <= until)
+                            .map(|g| g.id)
+                            .collect();
                     store::gaps::recovered(conn, &ids, &summary, now)
                 })
                 .await?;

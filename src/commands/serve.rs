@@ -368,11 +368,10 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let (sources_tx, sources_rx) = watch::channel(sources.clone());
     let (heartbeat_stop, heartbeat_stopped) = watch::channel(false);
     let board = Arc::new(crate::alerts::Board::new(&sources, &config.alerts));
-    // What runs on the SQLite inbox only, for now: the heartbeat and gaps, recovery and
-    // learnt secrets (configuration refuses what would need them on PostgreSQL).
+    // What runs on the SQLite inbox only, for now: recovery and learnt secrets
+    // (configuration refuses what would need them on PostgreSQL).
     let mut learnt = Vec::new();
     let mut tasks = Vec::new();
-    let mut heartbeat_task = None;
     let mut recover_task = None;
     tasks.push(tokio::spawn(retention::run_periodically(
         store.clone(),
@@ -380,32 +379,51 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         config.store.retention_interval,
         retention_stopped.clone(),
     )));
-    if let Some(sq) = &sqlite {
-        let writer = &sq.writer;
-        // What each source missed since it was last seen receiving (a stop, a crash),
-        // recorded before the first request is taken.
-        let names: Vec<String> = sources.iter().map(|s| s.name.clone()).collect();
-        let gaps_at_start = writer
+    // What each source missed since it was last seen receiving (a stop, a crash), recorded
+    // before the first request is taken. With replicas, a replica is its host and public
+    // address, and a source missed something only while no replica was receiving it.
+    let names: Vec<String> = sources.iter().map(|s| s.name.clone()).collect();
+    let replica = format!(
+        "{}/{public_addr}",
+        nix::unistd::gethostname()
+            .ok()
+            .and_then(|h| h.into_string().ok())
+            .unwrap_or_else(|| "?".into())
+    );
+    let gaps_at_start = match &sqlite {
+        Some(sq) => sq
+            .writer
             .job(move |conn, now| store::gaps::start(conn, &names, now))
             .await
-            .context("recording when each source was last receiving")?;
-        for gap in &gaps_at_start {
-            tracing::warn!(
-                source = gap.source,
-                from = gap.started_at,
-                until = gap.ended_at,
-                detail = gap.detail,
-                "the source was not receiving: a gap"
-            );
+            .map_err(anyhow::Error::from),
+        None => {
+            let replica = replica.clone();
+            store
+                .change(move |db, now| store::gaps::start_replica(db, &replica, &names, now))
+                .await
         }
-        let (gap_tx, gap_rx) = tokio::sync::mpsc::unbounded_channel();
-        heartbeat_task = Some(tokio::spawn(crate::recover::watch::heartbeat(
-            writer.clone(),
-            watch.clone(),
-            sources_rx.clone(),
-            gap_tx,
-            heartbeat_stopped,
-        )));
+    }
+    .context("recording when each source was last receiving")?;
+    for gap in &gaps_at_start {
+        tracing::warn!(
+            source = gap.source,
+            from = gap.started_at,
+            until = gap.ended_at,
+            detail = gap.detail,
+            "the source was not receiving: a gap"
+        );
+    }
+    let (gap_tx, gap_rx) = tokio::sync::mpsc::unbounded_channel();
+    let heartbeat_task = tokio::spawn(crate::recover::watch::heartbeat(
+        store.clone(),
+        replica,
+        watch.clone(),
+        sources_rx.clone(),
+        gap_tx,
+        heartbeat_stopped,
+    ));
+    if let Some(sq) = &sqlite {
+        let writer = &sq.writer;
         recover_task = Some(tokio::spawn(crate::recover::serve::run(
             sources_rx,
             writer.clone(),
@@ -418,6 +436,9 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
             .job(|conn, _| store::learnt::all(conn))
             .await
             .context("reading the secrets sources learnt from handshakes")?;
+    } else {
+        // No recovery on PostgreSQL yet: the heartbeat's gaps are logged and listed only.
+        drop(gap_rx);
     }
     tasks.push(tokio::spawn(crate::alerts::run(
         board.clone(),
@@ -488,14 +509,12 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         // The heartbeat writes the clean stop: no request is taken now. Bounded like the
         // writer's flush: a stalled disk must not hold the shutdown.
         let _ = heartbeat_stop.send(true);
-        if let Some(heartbeat) = heartbeat_task {
-            let abort = heartbeat.abort_handle();
-            if tokio::time::timeout(WRITER_FLUSH_TIMEOUT, heartbeat)
-                .await
-                .is_err()
-            {
-                abort.abort();
-            }
+        let abort = heartbeat_task.abort_handle();
+        if tokio::time::timeout(WRITER_FLUSH_TIMEOUT, heartbeat_task)
+            .await
+            .is_err()
+        {
+            abort.abort();
         }
         let _ = admin_stop.send(());
         let _ = admin_task.await;

@@ -15,8 +15,8 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 use crate::clock;
+use crate::store::Store;
 use crate::store::gaps::{self, Beat, Gap, Run};
-use crate::store::writer::Writer;
 
 /// How often `serve` writes "still receiving" for every source. A crash is known to have
 /// begun at most this long before the last heartbeat's time; recovery asks providers for a
@@ -149,8 +149,11 @@ impl SourceWatch {
 /// Writes a heartbeat every [`HEARTBEAT`] for the configured sources (`sources`, replaced on a
 /// reload) and sends each closed run, once recorded as a gap, to `gaps`. When `stop` turns
 /// true, writes a last heartbeat and the clean-stop marker, and ends.
+///
+/// On PostgreSQL the rows are this replica's (`replica`, see [`gaps::start_replica`]).
 pub async fn heartbeat(
-    writer: Writer,
+    store: Store,
+    replica: String,
     watch: Arc<Watch>,
     sources: watch::Receiver<Vec<Arc<crate::config::Source>>>,
     found: mpsc::UnboundedSender<Gap>,
@@ -167,15 +170,30 @@ pub async fn heartbeat(
         let names: Vec<String> = sources.borrow().iter().map(|s| s.name.clone()).collect();
         let beats = watch.beats(&names);
         let sent = beats.clone();
-        let result = writer
-            .quiet_job(move |conn, now| {
-                let gaps = gaps::beat(conn, &sent, now)?;
-                if stopping {
-                    gaps::stop(conn, &names, now)?;
-                }
-                Ok(gaps)
-            })
-            .await;
+        let result = match store.sqlite() {
+            Some((writer, _)) => writer
+                .quiet_job(move |conn, now| {
+                    let gaps = gaps::beat(conn, &sent, now)?;
+                    if stopping {
+                        gaps::stop(conn, &names, now)?;
+                    }
+                    Ok(gaps)
+                })
+                .await
+                .map_err(anyhow::Error::from),
+            None => {
+                let replica = replica.clone();
+                store
+                    .change(move |db, now| {
+                        let gaps = gaps::beat_replica(db, &replica, &sent, now)?;
+                        if stopping {
+                            gaps::stop_replica(db, &replica, &names, now)?;
+                        }
+                        Ok(gaps)
+                    })
+                    .await
+            }
+        };
         match result {
             Ok(recorded) => {
                 for gap in recorded {
@@ -190,7 +208,7 @@ pub async fn heartbeat(
                 }
             }
             Err(e) => {
-                tracing::warn!(error = %e, "could not write the heartbeat; trying again");
+                tracing::warn!(error = %format!("{e:#}"), "could not write the heartbeat; trying again");
                 watch.give_back(beats);
             }
         }

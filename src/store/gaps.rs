@@ -11,6 +11,8 @@ use std::collections::{HashMap, HashSet};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
+use super::sql::{self, Db};
+
 /// One window in which a source was not receiving.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Gap {
@@ -89,7 +91,7 @@ pub struct Beat {
 
 const GAP_COLUMNS: &str = "id, source, kind, started_at, ended_at, detail, recovered_at, recovery";
 
-fn gap(r: &rusqlite::Row<'_>) -> rusqlite::Result<Gap> {
+fn gap(r: &sql::Row) -> rusqlite::Result<Gap> {
     Ok(Gap {
         id: r.get(0)?,
         source: r.get(1)?,
@@ -103,18 +105,22 @@ fn gap(r: &rusqlite::Row<'_>) -> rusqlite::Result<Gap> {
 }
 
 fn insert_gap(
-    conn: &Connection,
+    db: Db,
     source: &str,
     kind: &str,
     started_at: &str,
     ended_at: &str,
     detail: &str,
-) -> rusqlite::Result<Gap> {
-    conn.prepare_cached(&format!(
-        "INSERT INTO gaps (source, kind, started_at, ended_at, detail)
-         VALUES (?1, ?2, ?3, ?4, ?5) RETURNING {GAP_COLUMNS}"
-    ))?
-    .query_row(params![source, kind, started_at, ended_at, detail], gap)
+) -> Result<Gap, sql::Error> {
+    db.row(
+        &format!(
+            "INSERT INTO gaps (source, kind, started_at, ended_at, detail)
+             VALUES (?1, ?2, ?3, ?4, ?5) RETURNING {GAP_COLUMNS}"
+        ),
+        &[&source, &kind, &started_at, &ended_at, &detail],
+        gap,
+    )?
+    .ok_or_else(|| sql::Error::Convert("INSERT … RETURNING gave no row".into()))
 }
 
 /// A source's row as the previous serve left it.
@@ -149,32 +155,15 @@ pub fn start(conn: &Connection, sources: &[String], now: &str) -> rusqlite::Resu
                 })
             })
             .optional()?;
-        if let Some(LastSeen {
-            heartbeat,
-            stopped,
-            since,
-            last,
-            by,
-        }) = last
-        {
-            let (from, mut detail) = match stopped {
-                Some(at) => (at, "stopped cleanly".to_owned()),
-                None => (
-                    heartbeat,
-                    "no heartbeat since: a crash, a kill or a power loss".to_owned(),
-                ),
-            };
-            let from = match (since, last) {
-                (Some(since), Some(last)) if since < from => {
-                    let run = Run::decode(since.clone(), last, &by);
-                    detail = format!("{}, then down ({detail})", run.describe());
-                    since
-                }
-                _ => from,
-            };
-            if from.as_str() < now {
-                gaps.push(insert_gap(conn, source, "down", &from, now, &detail)?);
-            }
+        if let Some((from, detail)) = last.and_then(|l| down_since(l, now)) {
+            gaps.push(insert_gap(
+                Db::Sqlite(conn),
+                source,
+                "down",
+                &from,
+                now,
+                &detail,
+            )?);
         }
         conn.prepare_cached(
             "INSERT INTO receiving (source, started_at, heartbeat_at) VALUES (?1, ?2, ?2)
@@ -215,7 +204,7 @@ pub fn beat(conn: &Connection, beats: &[Beat], now: &str) -> rusqlite::Result<Ve
         .execute(params![b.source, now, since, last, count, by])?;
         for run in &b.closed {
             gaps.push(insert_gap(
-                conn,
+                Db::Sqlite(conn),
                 &b.source,
                 "rejecting",
                 &run.since,
@@ -239,14 +228,16 @@ pub fn stop(conn: &Connection, sources: &[String], now: &str) -> rusqlite::Resul
 }
 
 /// Gaps that ended at or after `since`, oldest first, optionally of one source.
-pub fn list(conn: &Connection, since: &str, source: Option<&str>) -> rusqlite::Result<Vec<Gap>> {
-    conn.prepare(&format!(
-        "SELECT {GAP_COLUMNS} FROM gaps
-          WHERE ended_at >= ?1 AND (?2 IS NULL OR source = ?2)
-          ORDER BY started_at, id"
-    ))?
-    .query_map(params![since, source], gap)?
-    .collect()
+pub fn list(db: Db, since: &str, source: Option<&str>) -> Result<Vec<Gap>, sql::Error> {
+    db.rows(
+        &format!(
+            "SELECT {GAP_COLUMNS} FROM gaps
+              WHERE ended_at >= ?1 AND (CAST(?2 AS TEXT) IS NULL OR source = ?2)
+              ORDER BY started_at, id"
+        ),
+        &[&since, &source],
+        gap,
+    )
 }
 
 /// One source's row: when it was last seen receiving.
@@ -260,22 +251,205 @@ pub struct Receiving {
     pub rejected: i64,
 }
 
-pub fn receiving(conn: &Connection) -> rusqlite::Result<Vec<Receiving>> {
-    conn.prepare(
+/// Every source's rows (on PostgreSQL one per replica that received it), by source.
+pub fn receiving(db: Db) -> Result<Vec<Receiving>, sql::Error> {
+    db.rows(
         "SELECT source, started_at, heartbeat_at, stopped_at, rejecting_since, rejected
-           FROM receiving ORDER BY source",
-    )?
-    .query_map([], |r| {
-        Ok(Receiving {
-            source: r.get(0)?,
-            started_at: r.get(1)?,
-            heartbeat_at: r.get(2)?,
-            stopped_at: r.get(3)?,
-            rejecting_since: r.get(4)?,
-            rejected: r.get(5)?,
-        })
-    })?
-    .collect()
+           FROM receiving ORDER BY source, heartbeat_at DESC",
+        &[],
+        |r| {
+            Ok(Receiving {
+                source: r.get(0)?,
+                started_at: r.get(1)?,
+                heartbeat_at: r.get(2)?,
+                stopped_at: r.get(3)?,
+                rejecting_since: r.get(4)?,
+                rejected: r.get(5)?,
+            })
+        },
+    )
+}
+
+/// With replicas on PostgreSQL: a replica whose heartbeat is older than this, and that did
+/// not stop cleanly, is taken for gone (three heartbeats missed).
+pub const LIVE: std::time::Duration =
+    std::time::Duration::from_secs(3 * crate::recover::watch::HEARTBEAT.as_secs());
+
+/// [`start`] for one of several replicas on PostgreSQL, whose rows are each replica's
+/// (`replica`): a source was not receiving only while no replica was. So for each source, in
+/// one transaction under a lock of its own (two replicas starting together look one after
+/// the other): if another replica is receiving it now (not stopped, a heartbeat within
+/// [`LIVE`]), there is no gap; otherwise the gap runs from the last moment any replica was
+/// seen receiving it, as [`start`] finds it from one row. The rows of replicas that are gone
+/// are then deleted (the gap accounts for them), and this replica's row written. The caller
+/// holds the transaction (`Db::write`).
+pub fn start_replica(
+    db: Db,
+    replica: &str,
+    sources: &[String],
+    now: &str,
+) -> Result<Vec<Gap>, sql::Error> {
+    let live_since = crate::clock::iso(
+        humantime::parse_rfc3339(now)
+            .map(|t| t - LIVE)
+            .unwrap_or(std::time::UNIX_EPOCH),
+    );
+    let mut gaps = Vec::new();
+    for source in sources {
+        db.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended('hookinbox receiving ' || ?1, 0))",
+            &[source],
+        )?;
+        let others = db.rows(
+            "SELECT heartbeat_at, stopped_at, rejecting_since, rejecting_last,
+                    coalesce(rejected_by, '')
+               FROM receiving WHERE source = ?1 AND replica <> ?2",
+            &[source, &replica],
+            |r| {
+                Ok(LastSeen {
+                    heartbeat: r.get(0)?,
+                    stopped: r.get(1)?,
+                    since: r.get(2)?,
+                    last: r.get(3)?,
+                    by: r.get(4)?,
+                })
+            },
+        )?;
+        let own = db.row(
+            "SELECT heartbeat_at, stopped_at, rejecting_since, rejecting_last,
+                    coalesce(rejected_by, '')
+               FROM receiving WHERE source = ?1 AND replica = ?2",
+            &[source, &replica],
+            |r| {
+                Ok(LastSeen {
+                    heartbeat: r.get(0)?,
+                    stopped: r.get(1)?,
+                    since: r.get(2)?,
+                    last: r.get(3)?,
+                    by: r.get(4)?,
+                })
+            },
+        )?;
+        let live = |l: &LastSeen| l.stopped.is_none() && l.heartbeat >= live_since;
+        if !others.iter().any(live) {
+            // The last one seen receiving: its clean stop or its last heartbeat.
+            let seen = |l: &LastSeen| l.stopped.clone().unwrap_or_else(|| l.heartbeat.clone());
+            if let Some(last) = others.into_iter().chain(own).max_by_key(seen) {
+                if let Some((from, detail)) = down_since(last, now) {
+                    let detail = format!("no replica was receiving: {detail}");
+                    gaps.push(insert_gap(db, source, "down", &from, now, &detail)?);
+                }
+            }
+        }
+        db.execute(
+            "DELETE FROM receiving
+              WHERE source = ?1 AND replica <> ?2
+                AND (stopped_at IS NOT NULL OR heartbeat_at < ?3)",
+            &[source, &replica, &live_since],
+        )?;
+        db.execute(
+            "INSERT INTO receiving (source, replica, started_at, heartbeat_at)
+             VALUES (?1, ?2, ?3, ?3)
+             ON CONFLICT (source, replica) DO UPDATE SET
+                 started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at,
+                 stopped_at = NULL, rejecting_since = NULL, rejecting_last = NULL,
+                 rejected = 0, rejected_by = NULL",
+            &[source, &replica, &now],
+        )?;
+    }
+    Ok(gaps)
+}
+
+/// [`beat`] for one of several replicas on PostgreSQL: its own rows; a closed run of
+/// refusals is a gap of this replica's (others may have accepted the source meanwhile),
+/// and says so.
+pub fn beat_replica(
+    db: Db,
+    replica: &str,
+    beats: &[Beat],
+    now: &str,
+) -> Result<Vec<Gap>, sql::Error> {
+    let mut gaps = Vec::new();
+    for b in beats {
+        let (since, last, count, by) = match &b.open {
+            Some(run) => (
+                Some(run.since.as_str()),
+                Some(run.last.as_str()),
+                run.count() as i64,
+                Some(run.encode()),
+            ),
+            None => (None, None, 0, None),
+        };
+        db.execute(
+            "INSERT INTO receiving (source, replica, started_at, heartbeat_at, rejecting_since,
+                                    rejecting_last, rejected, rejected_by)
+             VALUES (?1, ?2, ?3, ?3, ?4, ?5, ?6, ?7)
+             ON CONFLICT (source, replica) DO UPDATE SET
+                 heartbeat_at = excluded.heartbeat_at, stopped_at = NULL,
+                 rejecting_since = excluded.rejecting_since,
+                 rejecting_last = excluded.rejecting_last,
+                 rejected = excluded.rejected, rejected_by = excluded.rejected_by",
+            &[&b.source, &replica, &now, &since, &last, &count, &by],
+        )?;
+        for run in &b.closed {
+            let detail = format!("{} (replica {replica})", run.describe());
+            gaps.push(insert_gap(
+                db,
+                &b.source,
+                "rejecting",
+                &run.since,
+                &run.last,
+                &detail,
+            )?);
+        }
+    }
+    Ok(gaps)
+}
+
+/// [`stop`] for one of several replicas on PostgreSQL: its own rows.
+pub fn stop_replica(
+    db: Db,
+    replica: &str,
+    sources: &[String],
+    now: &str,
+) -> Result<(), sql::Error> {
+    for source in sources {
+        db.execute(
+            "UPDATE receiving SET stopped_at = ?3, heartbeat_at = ?3
+              WHERE source = ?1 AND replica = ?2",
+            &[source, &replica, &now],
+        )?;
+    }
+    Ok(())
+}
+
+/// Where a gap begins after `last` was seen receiving, and why, as of `now`: from its clean
+/// stop, or its last heartbeat after a crash, or the start of a run of refusals it still
+/// had open; None when that is not before `now`.
+fn down_since(last: LastSeen, now: &str) -> Option<(String, String)> {
+    let LastSeen {
+        heartbeat,
+        stopped,
+        since,
+        last,
+        by,
+    } = last;
+    let (from, mut detail) = match stopped {
+        Some(at) => (at, "stopped cleanly".to_owned()),
+        None => (
+            heartbeat,
+            "no heartbeat since: a crash, a kill or a power loss".to_owned(),
+        ),
+    };
+    let from = match (since, last) {
+        (Some(since), Some(last)) if since < from => {
+            let run = Run::decode(since.clone(), last, &by);
+            detail = format!("{}, then down ({detail})", run.describe());
+            since
+        }
+        _ => from,
+    };
+    (from.as_str() < now).then_some((from, detail))
 }
 
 /// Records that a recovery covered these gaps, and what it did.
@@ -430,11 +604,14 @@ mod tests {
                 .all(|g| g.ended_at == "2026-12-01T11:00:00.000Z")
         );
         // Listed oldest first.
-        let listed = list(&conn, "2026-01-01T00:00:00.000Z", None).unwrap();
+        let listed = list(Db::Sqlite(&conn), "2026-01-01T00:00:00.000Z", None).unwrap();
         assert_eq!(listed, [gaps[1].clone(), gaps[0].clone()]);
-        assert_eq!(list(&conn, "2026-12-01T11:00:00.001Z", None).unwrap(), []);
         assert_eq!(
-            list(&conn, "2026-01-01T00:00:00.000Z", Some("a")).unwrap(),
+            list(Db::Sqlite(&conn), "2026-12-01T11:00:00.001Z", None).unwrap(),
+            []
+        );
+        assert_eq!(
+            list(Db::Sqlite(&conn), "2026-01-01T00:00:00.000Z", Some("a")).unwrap(),
             gaps[..1]
         );
     }
@@ -464,7 +641,7 @@ mod tests {
                 .detail
                 .starts_with("refused 3 requests (401 ×3), then down")
         );
-        let row = &receiving(&conn).unwrap()[0];
+        let row = &receiving(Db::Sqlite(&conn)).unwrap()[0];
         assert_eq!((row.rejecting_since.as_deref(), row.rejected), (None, 0));
     }
 

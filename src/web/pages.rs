@@ -620,24 +620,11 @@ impl Page<'_> {
         let from = now - GAP_DAYS * 86_400;
         let since = crate::clock::iso_from_unix(from);
         let s = source.clone();
-        // Kept only by a SQLite inbox's heartbeat for now: on PostgreSQL, say so rather than
-        // show an empty table that reads as "never down".
         let rows = match self
-            .read(move |db| match db {
-                Db::Sqlite(conn) => Ok(Some(crate::store::gaps::list(conn, &since, s.as_deref())?)),
-                Db::Postgres(_) => Ok(None),
-            })
+            .read(move |db| Ok(crate::store::gaps::list(db, &since, s.as_deref())?))
             .await
         {
-            Ok(Some(rows)) => rows,
-            Ok(None) => {
-                let content = html! {
-                    p { "Gaps are recorded by a SQLite inbox's heartbeat; with the inbox in "
-                        "PostgreSQL they are not kept yet (with replicas, a gap is when every "
-                        "one was down). The logs of each replica say when it started and stopped." }
-                };
-                return respond(StatusCode::OK, self.layout("Gaps", content));
-            }
+            Ok(rows) => rows,
             Err(e) => return self.failed("reading gaps", &e),
         };
         let unix = |t: &str| crate::clock::unix_from_iso(t).unwrap_or(now);

@@ -1343,3 +1343,81 @@ async fn a_targets_rate_is_shared_by_the_replicas() {
     a.stop().await;
     b.stop().await;
 }
+
+/// With replicas, a source was down only while no replica was receiving it: one replica
+/// restarting while another receives is no gap; all stopped, then one started, is one, from
+/// the last stop. A run of refusals on one replica is a gap of its own, named so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_gap_is_a_window_in_which_no_replica_was_receiving() {
+    let Some(url) = database("pg_store::a_gap_is_a_window_in_which_no_replica").await else {
+        return;
+    };
+    let db = pg_connect(&url).await;
+    let a = TestServer::start_store(&pg_store(&url), ONE_SOURCE).await;
+    let b = TestServer::start_store(&pg_store(&url), ONE_SOURCE).await;
+    let a = a.restart(ONE_SOURCE).await;
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM gaps").await,
+        0,
+        "b was receiving"
+    );
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM receiving").await,
+        2,
+        "the restarted replica's old row went with its start"
+    );
+    // Refused, then accepted, on one replica: written by its last heartbeat at the stop.
+    let mut forged = a.sign("sw", "evt_forged", &event_body("evt_forged", ""));
+    forged.set(
+        "webhook-signature",
+        "v1,AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
+    );
+    assert_eq!(a.post("sw", &forged).await.0, 401);
+    let good = a.sign("sw", "evt_good", &event_body("evt_good", ""));
+    assert_eq!(a.post("sw", &good).await.0, 200);
+    a.stop().await;
+    b.stop().await;
+    let last_stop: String = db
+        .query_one("SELECT max(stopped_at) FROM receiving", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let c = TestServer::start_store(&pg_store(&url), ONE_SOURCE).await;
+    let rows = db
+        .query(
+            "SELECT kind, started_at, detail FROM gaps ORDER BY started_at",
+            &[],
+        )
+        .await
+        .unwrap();
+    let gaps: Vec<(String, String, String)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(gaps.len(), 2, "{gaps:?}");
+    assert_eq!(gaps[0].0, "rejecting");
+    assert!(
+        gaps[0]
+            .2
+            .starts_with("refused 1 request (401 ×1) (replica "),
+        "{gaps:?}"
+    );
+    assert_eq!(gaps[1].0, "down");
+    assert_eq!(gaps[1].1, last_stop, "from the last replica's stop");
+    assert_eq!(gaps[1].2, "no replica was receiving: stopped cleanly");
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM receiving").await,
+        1,
+        "the stopped replicas' rows are accounted for"
+    );
+    // The operator's view: both gaps, and the source receiving now.
+    let config = c.config.path.display().to_string();
+    let (code, out, err) = hookinbox(&["gaps", "--json", "--config", &config]);
+    assert_eq!(code, 0, "{err}");
+    let listed: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(listed["gaps"].as_array().unwrap().len(), 2, "{listed}");
+    assert_eq!(listed["now"], serde_json::json!([]), "{listed}");
+    let page = c.admin_page("/gaps").await;
+    assert!(page.contains("no replica was receiving"), "{page}");
+    c.stop().await;
+}
