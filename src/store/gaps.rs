@@ -334,11 +334,14 @@ pub fn start_replica(
         if !others.iter().any(live) {
             // The last one seen receiving: its clean stop or its last heartbeat.
             let seen = |l: &LastSeen| l.stopped.clone().unwrap_or_else(|| l.heartbeat.clone());
-            if let Some(last) = others.into_iter().chain(own).max_by_key(seen) {
-                if let Some((from, detail)) = down_since(last, now) {
-                    let detail = format!("no replica was receiving: {detail}");
-                    gaps.push(insert_gap(db, source, "down", &from, now, &detail)?);
-                }
+            if let Some((from, detail)) = others
+                .into_iter()
+                .chain(own)
+                .max_by_key(seen)
+                .and_then(|last| down_since(last, now))
+            {
+                let detail = format!("no replica was receiving: {detail}");
+                gaps.push(insert_gap(db, source, "down", &from, now, &detail)?);
             }
         }
         db.execute(
