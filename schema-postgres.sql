@@ -14,9 +14,9 @@
 --   * 0/1 integers where SQLite has them (attempts.ambiguous), so that queries are the same.
 -- Differences: ids are identity columns; an order version, which SQLite keeps in one
 -- dynamically typed column, is two here: a number (numeric) or a text compared byte by
--- byte (COLLATE "C"), numbers before text, as SQLite orders them. The tables
--- of what serve does only on SQLite for now (learnt secrets, gaps, recovery) are here too,
--- so that the same queries run; serve does not write them on PostgreSQL yet.
+-- byte (COLLATE "C"), numbers before text, as SQLite orders them. The recovery table that
+-- serve uses only on SQLite for now (recovery_requests) is here too, so that the same
+-- queries run; serve does not write it on PostgreSQL yet.
 
 -- migrate: 1
 

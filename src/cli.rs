@@ -371,14 +371,7 @@ fn offline_command(
             commands::pause::run(&inbox, offline, true, &args.which, args.by.as_deref(), out)
         }
         Command::Resume(args) => commands::pause::run(&inbox, offline, false, args, None, out),
-        Command::Arm(args) => {
-            let db = inbox.sqlite_only(
-                "arm",
-                "learning a source's secret is not built for PostgreSQL yet; configure the \
-                 secret (`hookinbox check` names it)",
-            )?;
-            commands::arm::run(db, offline, args, out)
-        }
+        Command::Arm(args) => commands::arm::run(&inbox, offline, args, out),
         Command::Prune(args) => {
             let Some(offline) = offline else {
                 anyhow::bail!("prune needs the config's retention windows: pass --config");

@@ -4,12 +4,12 @@
 //! refused 401, so nobody who merely finds the URL can install a secret of their own.
 
 use std::io::Write;
-use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context as _;
 
 use crate::config::Offline;
+use crate::store::sql::Inbox;
 use crate::{clock, store};
 
 /// The longest window: long enough to create a webhook by hand, short enough to close
@@ -27,7 +27,7 @@ pub struct Args {
 }
 
 pub fn run(
-    db: &Path,
+    inbox: &Inbox,
     offline: Option<&Offline>,
     args: &Args,
     out: &mut impl Write,
@@ -56,13 +56,12 @@ pub fn run(
     if args.window.is_zero() || args.window > MAX_WINDOW {
         anyhow::bail!("--for must be more than 0 and at most 1h");
     }
-    let conn =
-        store::open_current(db).with_context(|| format!("opening the inbox {}", db.display()))?;
+    let conn = inbox.write()?;
     let now = clock::unix_now();
     let until = clock::iso_from_unix(now + args.window.as_secs() as i64);
-    store::learnt::arm(&conn, &source.name, &clock::iso_now(), &until)
+    store::learnt::arm(conn.db(), &source.name, &clock::iso_now(), &until)
         .context("opening the window")?;
-    let had = store::learnt::learnt_at(&conn, &source.name)?;
+    let had = store::learnt::learnt_at(conn.db(), &source.name)?;
     writeln!(
         out,
         "armed source {:?} until {until}: create the webhook now; the first X-Hook-Secret \

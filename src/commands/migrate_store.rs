@@ -192,6 +192,32 @@ const TABLES: &[Table] = &[
         order: "source, target",
         identity: None,
     },
+    Table {
+        name: "learnt_secrets",
+        columns: &[
+            ("source", "source", Text),
+            ("CAST(secret AS BLOB)", "secret", Bytes),
+            ("learnt_at", "learnt_at", Text),
+            ("remote_addr", "remote_addr", Text),
+        ],
+        order: "source",
+        identity: None,
+    },
+    Table {
+        name: "gaps",
+        columns: &[
+            ("id", "id", Int),
+            ("source", "source", Text),
+            ("kind", "kind", Text),
+            ("started_at", "started_at", Text),
+            ("ended_at", "ended_at", Text),
+            ("detail", "detail", Text),
+            ("recovered_at", "recovered_at", Text),
+            ("recovery", "recovery", Text),
+        ],
+        order: "id",
+        identity: Some("id"),
+    },
 ];
 
 /// Rows per INSERT, and the bytes at which a chunk goes out sooner (1 MiB bodies).
@@ -325,8 +351,8 @@ pub fn run(db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
         "\nNow point [store] at it, on this machine and on every replica:\n\n  [store]\n  \
          path = {:?}   # still where serve keeps its local files\n  backend = \"postgres\"\n  \
          url = {:?}{}{}\n\nthen start serve. The SQLite file stays as it was: keep it until the\n\
-         new inbox has run a while. Gaps, learnt secrets and recovery requests stay in the\n\
-         file: the PostgreSQL inbox does not use them yet.",
+         new inbox has run a while. Recovery requests stay in the file: the PostgreSQL\n\
+         inbox does not use them yet.",
         db.display().to_string(),
         target.url,
         args.password

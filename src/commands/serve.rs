@@ -368,9 +368,8 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let (sources_tx, sources_rx) = watch::channel(sources.clone());
     let (heartbeat_stop, heartbeat_stopped) = watch::channel(false);
     let board = Arc::new(crate::alerts::Board::new(&sources, &config.alerts));
-    // What runs on the SQLite inbox only, for now: recovery and learnt secrets
-    // (configuration refuses what would need them on PostgreSQL).
-    let mut learnt = Vec::new();
+    // What runs on the SQLite inbox only, for now: recovery (configuration refuses a
+    // source's recover table on PostgreSQL).
     let mut tasks = Vec::new();
     let mut recover_task = None;
     tasks.push(tokio::spawn(retention::run_periodically(
@@ -432,14 +431,14 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
             gap_rx,
             retention_stopped.clone(),
         )));
-        learnt = writer
-            .job(|conn, _| store::learnt::all(conn))
-            .await
-            .context("reading the secrets sources learnt from handshakes")?;
     } else {
         // No recovery on PostgreSQL yet: the heartbeat's gaps are logged and listed only.
         drop(gap_rx);
     }
+    let learnt = store
+        .read(|db| Ok(store::learnt::all(db)?))
+        .await
+        .context("reading the secrets sources learnt from handshakes")?;
     tasks.push(tokio::spawn(crate::alerts::run(
         board.clone(),
         store.clone(),

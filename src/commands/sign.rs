@@ -75,7 +75,7 @@ pub fn run(config: &Config, args: &Args, out: &mut impl Write) -> anyhow::Result
             src.scheme.name()
         ),
         // A secret learnt from a handshake is in the inbox, not the config.
-        None if verifier.learns_secret() => learnt_secret(&config.store.path, source)?,
+        None if verifier.learns_secret() => learnt_secret(&config.store, source)?,
         None => None,
     };
     let id = args.id.clone().unwrap_or_else(|| {
@@ -185,13 +185,18 @@ pub fn run(config: &Config, args: &Args, out: &mut impl Write) -> anyhow::Result
 }
 
 /// The secret `source` learnt from its handshake, if the inbox holds one.
-fn learnt_secret(db: &Path, source: &str) -> anyhow::Result<Option<crate::secret::Secret>> {
-    if !db.exists() {
-        return Ok(None);
-    }
-    let conn = crate::store::read::open_current(db)
-        .with_context(|| format!("opening the inbox {}", db.display()))?;
-    let secret = crate::store::learnt::all(&conn)?
+fn learnt_secret(
+    store: &crate::config::Store,
+    source: &str,
+) -> anyhow::Result<Option<crate::secret::Secret>> {
+    use crate::store::sql::Inbox;
+    let inbox = match &store.backend {
+        crate::config::Backend::Postgres(pg) => Inbox::Postgres(pg.clone()),
+        crate::config::Backend::Sqlite if !store.path.exists() => return Ok(None),
+        crate::config::Backend::Sqlite => Inbox::Sqlite(store.path.clone()),
+    };
+    let conn = inbox.read()?;
+    let secret = crate::store::learnt::all(conn.db())?
         .into_iter()
         .find(|(s, _)| s == source)
         .map(|(_, secret)| crate::secret::Secret::new(secret));

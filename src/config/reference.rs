@@ -226,9 +226,9 @@ pub const SECTIONS: &[Section] = &[
                 if_absent: IfAbsent::Default("\"sqlite\""),
                 meaning: "Where the inbox lives. \"postgres\": the database at url, its \
                           schema made and migrated by serve at start; every replica answers \
-                          2xx only after PostgreSQL committed (synchronous_commit on). Not \
-                          yet with [[alerts]], recover, learnt secrets, the web inbox and \
-                          the operator commands (use psql and the same views).",
+                          2xx only after PostgreSQL committed (synchronous_commit on); \
+                          the operator commands and the web inbox read and steer it as \
+                          they do a file. Not yet with recover.",
             },
             Key {
                 name: "url",

@@ -461,13 +461,6 @@ fn not_yet_on_postgres(sources: &[Source]) -> Result<(), String> {
                 s.name
             ));
         }
-        if s.scheme.verifier().learns_secret() {
-            return Err(format!(
-                "sources ({:?}): a secret learnt from a handshake needs the SQLite inbox for now; \
-                 configure the secret instead",
-                s.name
-            ));
-        }
     }
     Ok(())
 }

@@ -127,12 +127,19 @@ impl BodyBudget {
     }
 }
 
+/// How often, at most, a learning source's secret is read again from a PostgreSQL inbox
+/// when a request fails to verify (another replica may have learnt a new one).
+const LEARNT_RECHECK: Duration = Duration::from_secs(5);
+
 /// The public request handler.
 pub struct Receiver {
     live: RwLock<Arc<Live>>,
     /// Secrets sources learnt from a handshake (Asana), by source name: loaded from the
     /// inbox at start-up, added to when a handshake is stored. Kept across reloads.
     learnt: RwLock<HashMap<String, Secret>>,
+    /// With replicas, when each learning source's secret was last read again from the inbox
+    /// (another replica may have learnt it): at most every [`LEARNT_RECHECK`].
+    learnt_checked: std::sync::Mutex<HashMap<String, std::time::Instant>>,
     /// Keys requests name (SNS's certificates) and the GETs handshakes ask for.
     fetcher: fetch::Fetcher,
     store: Store,
@@ -168,6 +175,7 @@ impl Receiver {
                     .map(|(source, secret)| (source, Secret::new(secret)))
                     .collect(),
             ),
+            learnt_checked: std::sync::Mutex::default(),
             store,
             metrics,
             max_body: server.max_body,
@@ -229,13 +237,14 @@ impl Receiver {
             secret.expose().to_vec(),
             client.to_string(),
         );
-        // Configuration refuses a learning source on PostgreSQL (not there yet).
-        let Some((writer, _)) = self.store.sqlite() else {
-            return Err(Outcome::Unavailable(store::writer::WriteError::Stopped));
-        };
-        let stored = writer
-            .job(move |conn, now| store::learnt::learn(conn, &name, &bytes, &remote, now))
-            .await;
+        let stored = self
+            .store
+            .change(move |db, now| store::learnt::learn(db, &name, &bytes, &remote, now))
+            .await
+            .map_err(|e| match e.downcast::<store::writer::WriteError>() {
+                Ok(e) => e,
+                Err(e) => store::writer::WriteError::CommitFailed(format!("{e:#}")),
+            });
         match stored {
             Ok(true) => {
                 tracing::warn!(source = %source.name, %client,
@@ -253,6 +262,62 @@ impl Receiver {
             }
             Err(e) => Err(Outcome::Unavailable(e)),
         }
+    }
+
+    /// With replicas on PostgreSQL, a secret another replica learnt since this one read
+    /// them: read again when a request fails to verify, at most every [`LEARNT_RECHECK`] per
+    /// source (forged requests cost one short read per interval), and kept when it changed.
+    async fn learnt_elsewhere(
+        &self,
+        source: &SourceState,
+        known: Option<&Secret>,
+    ) -> Option<Secret> {
+        if self.store.sqlite().is_some() {
+            return None; // one serve per SQLite inbox: nobody else learns
+        }
+        {
+            let mut checked = self
+                .learnt_checked
+                .lock()
+                .expect("no panics while holding it");
+            let now = std::time::Instant::now();
+            if checked
+                .get(&*source.name)
+                .is_some_and(|at| now.duration_since(*at) < LEARNT_RECHECK)
+            {
+                return None;
+            }
+            checked.insert(source.name.to_string(), now);
+        }
+        let name = source.name.to_string();
+        let stored = self
+            .store
+            .read(move |db| {
+                Ok(db.row(
+                    "SELECT secret FROM learnt_secrets WHERE source = ?1",
+                    &[&name],
+                    |r| r.get::<Vec<u8>>(0),
+                )?)
+            })
+            .await;
+        let secret = match stored {
+            Ok(Some(bytes)) => Secret::new(bytes),
+            Ok(None) => return None,
+            Err(e) => {
+                tracing::warn!(source = %source.name, error = %format!("{e:#}"),
+                    "could not read the secret learnt by another replica");
+                return None;
+            }
+        };
+        if known.is_some_and(|k| k.expose() == secret.expose()) {
+            return None;
+        }
+        tracing::info!(source = %source.name, "using the secret another replica learnt");
+        self.learnt
+            .write()
+            .expect("no panics while holding the lock")
+            .insert(source.name.to_string(), secret.clone());
+        Some(secret)
     }
 
     async fn receive(
@@ -318,7 +383,14 @@ impl Receiver {
                 return (Outcome::Rejected(reject), None);
             }
         };
-        let identity = match scheme.verify_with(&input, learnt.as_ref(), fetched.as_deref()) {
+        let mut verdict = scheme.verify_with(&input, learnt.as_ref(), fetched.as_deref());
+        if verdict.is_err()
+            && scheme.verifier().learns_secret()
+            && let Some(newer) = self.learnt_elsewhere(source, learnt.as_ref()).await
+        {
+            verdict = scheme.verify_with(&input, Some(&newer), fetched.as_deref());
+        }
+        let identity = match verdict {
             Ok(Verdict::Event(identity)) => identity,
             Ok(Verdict::Handshake(handshake)) => {
                 match &handshake.action {

@@ -223,8 +223,9 @@ impl Store {
         }
     }
 
-    /// The SQLite writer, for what runs only on SQLite for now (learnt secrets, gaps,
-    /// recovery, retention, alerts, the web inbox's actions).
+    /// The SQLite writer and read pool, for what has a SQLite way of its own (recovery,
+    /// the heartbeat's quiet jobs, the WAL checkpoint, start-up's retiring of removed
+    /// targets, alert notifications in one job).
     pub fn sqlite(&self) -> Option<(&Writer, &read::Pool)> {
         match self {
             Store::Sqlite { writer, readers } => Some((writer, readers)),

@@ -709,6 +709,16 @@ url = "{0}"
     .await
     .unwrap();
     assert_eq!(code, 0, "{out}{err}");
+    // A secret learnt from a handshake and a gap, as serve would have written them.
+    rusqlite::Connection::open(&db_path)
+        .unwrap()
+        .execute_batch(
+            "INSERT INTO learnt_secrets VALUES ('sw', x'00ff7f', '2026-12-01T00:00:00.000Z', '::1');
+             INSERT INTO gaps (source, kind, started_at, ended_at, detail)
+             VALUES ('sw', 'down', '2026-12-01T00:00:00.000Z', '2026-12-01T00:01:00.000Z',
+                     'stopped cleanly');",
+        )
+        .unwrap();
     let tables = [
         "events",
         "payloads",
@@ -717,6 +727,8 @@ url = "{0}"
         "order_keys",
         "conflicts",
         "paused_targets",
+        "learnt_secrets",
+        "gaps",
     ];
     let in_file: Vec<i64> = tables
         .iter()
@@ -748,6 +760,12 @@ url = "{0}"
     }
     let body = payload(&db, "msg_mig_bin").await;
     assert_eq!(body, binary);
+    let secret: Vec<u8> = db
+        .query_one("SELECT secret FROM learnt_secrets", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(secret, [0, 0xff, 0x7f]);
     // Into a database that is no longer empty: refused, nothing written.
     let to = url.clone();
     let (code, _, err) = tokio::task::spawn_blocking({
