@@ -306,9 +306,12 @@ fn with_config(
     let out = &mut std::io::stdout().lock();
     match command {
         Command::Recover(args) => {
-            // --db names the inbox as for the other operator commands.
-            let db = db.unwrap_or_else(|| config.store.path.clone());
-            commands::recover::run(config, &db, &args, out)
+            // --db names a SQLite inbox as for the other operator commands.
+            let inbox = match (db, &config.store.backend) {
+                (None, config::Backend::Postgres(pg)) => Inbox::Postgres(pg.clone()),
+                (db, _) => Inbox::Sqlite(db.unwrap_or_else(|| config.store.path.clone())),
+            };
+            commands::recover::run(config, &inbox, &args, out)
         }
         Command::Check(args) => commands::check::run(&config, &args, out),
         Command::Sign(args) => commands::sign::run(&config, &args, out),

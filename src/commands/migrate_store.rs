@@ -218,6 +218,19 @@ const TABLES: &[Table] = &[
         order: "id",
         identity: Some("id"),
     },
+    Table {
+        name: "recovery_requests",
+        columns: &[
+            ("source", "source", Text),
+            ("account", "account", Text),
+            ("event_id", "event_id", Text),
+            ("requested_at", "requested_at", Text),
+            ("delivery", "delivery", Int),
+            ("asked", "asked", Int),
+        ],
+        order: "source, account, event_id",
+        identity: None,
+    },
 ];
 
 /// Rows per INSERT, and the bytes at which a chunk goes out sooner (1 MiB bodies).
@@ -351,8 +364,7 @@ pub fn run(db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
         "\nNow point [store] at it, on this machine and on every replica:\n\n  [store]\n  \
          path = {:?}   # still where serve keeps its local files\n  backend = \"postgres\"\n  \
          url = {:?}{}{}\n\nthen start serve. The SQLite file stays as it was: keep it until the\n\
-         new inbox has run a while. Recovery requests stay in the file: the PostgreSQL\n\
-         inbox does not use them yet.",
+         new inbox has run a while.",
         db.display().to_string(),
         target.url,
         args.password

@@ -7,7 +7,6 @@
 //! the redeliveries it asks for need serve to be receiving.
 
 use std::io::Write;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use anyhow::Context as _;
@@ -49,7 +48,12 @@ struct Report {
     done: Option<recover::Done>,
 }
 
-pub fn run(config: Config, db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
+pub fn run(
+    config: Config,
+    place: &store::sql::Inbox,
+    args: &Args,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
     let path = config.path.clone();
     // Owned, to share with the API client.
     let source = config
@@ -82,9 +86,6 @@ pub fn run(config: Config, db: &Path, args: &Args, out: &mut impl Write) -> anyh
     if window.from > window.until {
         anyhow::bail!("--since is after --until: nothing to recover");
     }
-    let conn =
-        store::open_current(db).with_context(|| format!("opening the inbox {}", db.display()))?;
-    let inbox = Inbox::Direct(Arc::new(Mutex::new(conn)));
     let metrics = Arc::new(Metrics::new());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -92,6 +93,20 @@ pub fn run(config: Config, db: &Path, args: &Args, out: &mut impl Write) -> anyh
         .context("starting the async runtime")?;
     let _ = rustls::crypto::ring::default_provider().install_default();
     runtime.block_on(async {
+        // A SQLite file in short transactions of its own; a PostgreSQL inbox through a
+        // store as a replica's (its batchers, here for this command alone).
+        let inbox = match place {
+            store::sql::Inbox::Sqlite(db) => {
+                let conn = store::open_current(db)
+                    .with_context(|| format!("opening the inbox {}", db.display()))?;
+                Inbox::Direct(Arc::new(Mutex::new(conn)))
+            }
+            store::sql::Inbox::Postgres(pg) => Inbox::Store(store::Store::Postgres(
+                store::pg::Inbox::start(pg, metrics.clone())
+                    .await
+                    .with_context(|| format!("opening the inbox {}", pg.url))?,
+            )),
+        };
         let api = recover::api_for(&source, metrics.clone())?;
         let plan = recover::plan(api.as_ref(), &source, window, &inbox)
             .await
@@ -139,14 +154,13 @@ pub fn run(config: Config, db: &Path, args: &Args, out: &mut impl Write) -> anyh
                 clock::iso_from_unix(window.until),
             );
             inbox
-                .run(move |conn, now| {
-                    let ids: Vec<i64> =
-                        store::gaps::list(store::sql::Db::Sqlite(conn), &from, Some(&name))?
-                            .into_iter()
-                            .filter(|g| g.started_at >= from && g.ended_at <= until)
-                            .map(|g| g.id)
-                            .collect();
-                    store::gaps::recovered(conn, &ids, &summary, now)
+                .run(move |db, now| {
+                    let ids: Vec<i64> = store::gaps::list(db, &from, Some(&name))?
+                        .into_iter()
+                        .filter(|g| g.started_at >= from && g.ended_at <= until)
+                        .map(|g| g.id)
+                        .collect();
+                    store::gaps::recovered(db, &ids, &summary, now)
                 })
                 .await?;
         }

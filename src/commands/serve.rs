@@ -368,10 +368,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let (sources_tx, sources_rx) = watch::channel(sources.clone());
     let (heartbeat_stop, heartbeat_stopped) = watch::channel(false);
     let board = Arc::new(crate::alerts::Board::new(&sources, &config.alerts));
-    // What runs on the SQLite inbox only, for now: recovery (configuration refuses a
-    // source's recover table on PostgreSQL).
     let mut tasks = Vec::new();
-    let mut recover_task = None;
     tasks.push(tokio::spawn(retention::run_periodically(
         store.clone(),
         retention.clone(),
@@ -421,20 +418,16 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         gap_tx,
         heartbeat_stopped,
     ));
-    if let Some(sq) = &sqlite {
-        let writer = &sq.writer;
-        recover_task = Some(tokio::spawn(crate::recover::serve::run(
-            sources_rx,
-            writer.clone(),
-            metrics.clone(),
-            gaps_at_start,
-            gap_rx,
-            retention_stopped.clone(),
-        )));
-    } else {
-        // No recovery on PostgreSQL yet: the heartbeat's gaps are logged and listed only.
-        drop(gap_rx);
-    }
+    // With replicas each recovers the gaps it recorded (a down gap is recorded by the one
+    // replica that started when none was receiving) and runs its own safety net.
+    let recover_task = tokio::spawn(crate::recover::serve::run(
+        sources_rx,
+        store.clone(),
+        metrics.clone(),
+        gaps_at_start,
+        gap_rx,
+        retention_stopped.clone(),
+    ));
     let learnt = store
         .read(|db| Ok(store::learnt::all(db)?))
         .await
@@ -501,10 +494,8 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         let ((), _, _) = tokio::join!(drain, public_task, futures_util::future::join_all(tasks));
         // Recovery may be waiting out a provider's rate limit: it is idempotent, so it
         // stops where it is.
-        if let Some(task) = recover_task {
-            task.abort();
-            let _ = task.await;
-        }
+        recover_task.abort();
+        let _ = recover_task.await;
         // The heartbeat writes the clean stop: no request is taken now. Bounded like the
         // writer's flush: a stalled disk must not hold the shutdown.
         let _ = heartbeat_stop.send(true);

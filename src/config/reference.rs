@@ -228,7 +228,7 @@ pub const SECTIONS: &[Section] = &[
                           schema made and migrated by serve at start; every replica answers \
                           2xx only after PostgreSQL committed (synchronous_commit on); \
                           the operator commands and the web inbox read and steer it as \
-                          they do a file. Not yet with recover.",
+                          they do a file (backup excepted: use pg_dump).",
             },
             Key {
                 name: "url",

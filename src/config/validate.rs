@@ -155,9 +155,6 @@ pub(super) fn validate(
         }
         alerts.push(validate_target(rt, &at, &paths)?);
     }
-    if let Backend::Postgres(_) = &backend {
-        not_yet_on_postgres(&sources)?;
-    }
     Ok(Config {
         path: path.to_owned(),
         server: Server {
@@ -448,21 +445,6 @@ pub fn pg_store_from(
         tls,
         pool: DEFAULT_PG_POOL,
     })
-}
-
-/// What `serve` does not do yet with the inbox in PostgreSQL, refused by name rather than
-/// silently left out.
-fn not_yet_on_postgres(sources: &[Source]) -> Result<(), String> {
-    for s in sources {
-        if s.recover.is_some() {
-            return Err(format!(
-                "sources ({:?}).recover needs the SQLite inbox for now; run `hookinbox recover` \
-                 against a SQLite inbox, or leave recover out",
-                s.name
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// The keys that say how to reach a PostgreSQL server, as written (`[store]` and a

@@ -38,9 +38,10 @@ use serde::Serialize;
 use crate::clock;
 use crate::config::{RecoverApi, Source};
 use crate::metrics::{Metrics, ProviderLabels, RecoveredLabels};
+use crate::store::Store;
 use crate::store::gaps;
 use crate::store::ingest::{NewEvent, Origin, Stored};
-use crate::store::writer::Writer;
+use crate::store::sql::{self, Db};
 pub use client::ApiError;
 
 /// How much wider than the window the provider is asked about, on each side: a heartbeat's
@@ -135,11 +136,12 @@ pub fn api_for(source: &Arc<Source>, metrics: Arc<Metrics>) -> Result<Arc<dyn Ap
     })
 }
 
-/// Where recovery reads and writes: through serve's writer, or (the CLI) a connection of
-/// its own, one short transaction per step, beside a running serve.
+/// Where recovery reads and writes: through serve's store (its writer, or a PostgreSQL
+/// replica's), or (the CLI on a SQLite file) a connection of its own, one short transaction
+/// per step, beside a running serve.
 #[derive(Clone)]
 pub enum Inbox {
-    Writer(Writer),
+    Store(Store),
     Direct(Arc<std::sync::Mutex<Connection>>),
 }
 
@@ -148,10 +150,10 @@ impl Inbox {
     pub async fn run<T, F>(&self, work: F) -> anyhow::Result<T>
     where
         T: Send + 'static,
-        F: FnMut(&Connection, &str) -> rusqlite::Result<T> + Send + 'static,
+        F: FnMut(Db, &str) -> Result<T, sql::Error> + Send + 'static,
     {
         match self {
-            Inbox::Writer(writer) => Ok(writer.job(work).await?),
+            Inbox::Store(store) => store.change(work).await,
             Inbox::Direct(conn) => {
                 let conn = conn.clone();
                 let mut work = work;
@@ -159,7 +161,7 @@ impl Inbox {
                     let mut conn = conn.lock().expect("no panics while holding the lock");
                     let tx =
                         conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-                    let result = work(&tx, &clock::iso_now())?;
+                    let result = work(Db::Sqlite(&tx), &clock::iso_now())?;
                     tx.commit()?;
                     Ok(result)
                 })
@@ -170,11 +172,19 @@ impl Inbox {
 
     async fn ingest(&self, event: NewEvent) -> anyhow::Result<Stored> {
         match self {
-            // Through the writer, so that the delivery loops hear of it at once.
-            Inbox::Writer(writer) => Ok(writer.ingest(event).await?),
-            Inbox::Direct(_) => {
-                self.run(move |conn, now| crate::store::ingest::store(conn, &event, now))
-                    .await
+            // Through the store, so that the delivery loops hear of it at once.
+            Inbox::Store(store) => Ok(store.ingest(event).await?),
+            Inbox::Direct(conn) => {
+                let conn = conn.clone();
+                tokio::task::spawn_blocking(move || {
+                    let mut conn = conn.lock().expect("no panics while holding the lock");
+                    let tx =
+                        conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+                    let stored = crate::store::ingest::store(&tx, &event, &clock::iso_now())?;
+                    tx.commit()?;
+                    Ok(stored)
+                })
+                .await?
             }
         }
     }

@@ -16,8 +16,8 @@ use super::{Inbox, Window};
 use crate::clock;
 use crate::config::Source;
 use crate::metrics::{GapLabels, Metrics};
+use crate::store::Store;
 use crate::store::gaps::Gap;
-use crate::store::writer::Writer;
 
 /// How long after a failed recovery it is tried again.
 pub const RETRY_FAILED: Duration = Duration::from_secs(300);
@@ -48,13 +48,13 @@ struct Pending {
 /// `found` brings those recorded later (runs of refusals that ended).
 pub async fn run(
     mut sources: watch::Receiver<Vec<Arc<Source>>>,
-    writer: Writer,
+    store: Store,
     metrics: Arc<Metrics>,
     at_start: Vec<Gap>,
     mut found: mpsc::UnboundedReceiver<Gap>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let inbox = Inbox::Writer(writer);
+    let inbox = Inbox::Store(store);
     let started = clock::unix_now();
     let mut state: HashMap<String, Pending> = HashMap::new();
     let add = |state: &mut HashMap<String, Pending>, gap: Gap| {

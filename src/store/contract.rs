@@ -223,9 +223,9 @@ impl Store {
         }
     }
 
-    /// The SQLite writer and read pool, for what has a SQLite way of its own (recovery,
-    /// the heartbeat's quiet jobs, the WAL checkpoint, start-up's retiring of removed
-    /// targets, alert notifications in one job).
+    /// The SQLite writer and read pool, for what has a SQLite way of its own (the
+    /// heartbeat's quiet jobs, the WAL checkpoint, start-up's retiring of removed targets,
+    /// alert notifications in one job, gaps at start).
     pub fn sqlite(&self) -> Option<(&Writer, &read::Pool)> {
         match self {
             Store::Sqlite { writer, readers } => Some((writer, readers)),

@@ -456,38 +456,43 @@ fn down_since(last: LastSeen, now: &str) -> Option<(String, String)> {
 }
 
 /// Records that a recovery covered these gaps, and what it did.
-pub fn recovered(conn: &Connection, ids: &[i64], summary: &str, now: &str) -> rusqlite::Result<()> {
-    let mut update =
-        conn.prepare_cached("UPDATE gaps SET recovered_at = ?2, recovery = ?3 WHERE id = ?1")?;
+pub fn recovered(db: Db, ids: &[i64], summary: &str, now: &str) -> Result<(), sql::Error> {
     for id in ids {
-        update.execute(params![id, now, summary])?;
+        db.execute(
+            "UPDATE gaps SET recovered_at = ?2, recovery = ?3 WHERE id = ?1",
+            &[id, &now, &summary],
+        )?;
     }
     Ok(())
 }
 
 /// Records what a recovery of these gaps did without marking them recovered (it failed, or
 /// partly): the next one tries again.
-pub fn note(conn: &Connection, ids: &[i64], summary: &str) -> rusqlite::Result<()> {
-    let mut update = conn.prepare_cached("UPDATE gaps SET recovery = ?2 WHERE id = ?1")?;
+pub fn note(db: Db, ids: &[i64], summary: &str) -> Result<(), sql::Error> {
     for id in ids {
-        update.execute(params![id, summary])?;
+        db.execute(
+            "UPDATE gaps SET recovery = ?2 WHERE id = ?1",
+            &[id, &summary],
+        )?;
     }
     Ok(())
 }
 
 /// Which of `ids` the inbox holds for this source and account.
 pub fn known(
-    conn: &Connection,
+    db: Db,
     source: &str,
     account: &str,
     ids: &[String],
-) -> rusqlite::Result<HashSet<String>> {
+) -> Result<HashSet<String>, sql::Error> {
     let mut found = HashSet::new();
-    let mut select = conn.prepare_cached(
-        "SELECT 1 FROM events WHERE source = ?1 AND account = ?2 AND event_id = ?3",
-    )?;
     for id in ids {
-        if select.exists(params![source, account, id])? {
+        let exists = db.row(
+            "SELECT 1 FROM events WHERE source = ?1 AND account = ?2 AND event_id = ?3",
+            &[&source, &account, id],
+            |_| Ok(()),
+        )?;
+        if exists.is_some() {
             found.insert(id.clone());
         }
     }
@@ -505,26 +510,25 @@ pub struct Requested {
 
 /// The redeliveries asked for earlier among `ids`.
 pub fn requests(
-    conn: &Connection,
+    db: Db,
     source: &str,
     account: &str,
     ids: &[String],
-) -> rusqlite::Result<HashMap<String, Requested>> {
+) -> Result<HashMap<String, Requested>, sql::Error> {
     let mut found = HashMap::new();
-    let mut select = conn.prepare_cached(
-        "SELECT requested_at, delivery, asked FROM recovery_requests
-          WHERE source = ?1 AND account = ?2 AND event_id = ?3",
-    )?;
     for id in ids {
-        let row = select
-            .query_row(params![source, account, id], |r| {
+        let row = db.row(
+            "SELECT requested_at, delivery, asked FROM recovery_requests
+              WHERE source = ?1 AND account = ?2 AND event_id = ?3",
+            &[&source, &account, id],
+            |r| {
                 Ok(Requested {
                     at: r.get(0)?,
                     delivery: r.get(1)?,
                     asked: r.get(2)?,
                 })
-            })
-            .optional()?;
+            },
+        )?;
         if let Some(r) = row {
             found.insert(id.clone(), r);
         }
@@ -535,21 +539,22 @@ pub fn requests(
 /// Records that a redelivery of `id` (the provider's delivery `delivery`) was asked for at
 /// `now`.
 pub fn requested(
-    conn: &Connection,
+    db: Db,
     source: &str,
     account: &str,
     id: &str,
     delivery: i64,
     now: &str,
-) -> rusqlite::Result<()> {
-    conn.prepare_cached(
+) -> Result<(), sql::Error> {
+    // `recovery_requests.asked`, not `asked` alone: PostgreSQL's DO UPDATE names the row.
+    db.execute(
         "INSERT INTO recovery_requests (source, account, event_id, requested_at, delivery)
          VALUES (?1, ?2, ?3, ?4, ?5)
          ON CONFLICT (source, account, event_id)
          DO UPDATE SET requested_at = excluded.requested_at, delivery = excluded.delivery,
-                       asked = asked + 1",
-    )?
-    .execute(params![source, account, id, now, delivery])?;
+                       asked = recovery_requests.asked + 1",
+        &[&source, &account, &id, &now, &delivery],
+    )?;
     Ok(())
 }
 
@@ -652,9 +657,25 @@ mod tests {
     fn requests_count_how_often_a_redelivery_was_asked_for() {
         let (_dir, conn) = inbox();
         let ids = ["g1".to_owned(), "g2".to_owned()];
-        requested(&conn, "gh", "", "g1", 7, "2026-12-01T10:00:00.000Z").unwrap();
-        requested(&conn, "gh", "", "g1", 9, "2026-12-01T10:05:00.000Z").unwrap();
-        let found = requests(&conn, "gh", "", &ids).unwrap();
+        requested(
+            Db::Sqlite(&conn),
+            "gh",
+            "",
+            "g1",
+            7,
+            "2026-12-01T10:00:00.000Z",
+        )
+        .unwrap();
+        requested(
+            Db::Sqlite(&conn),
+            "gh",
+            "",
+            "g1",
+            9,
+            "2026-12-01T10:05:00.000Z",
+        )
+        .unwrap();
+        let found = requests(Db::Sqlite(&conn), "gh", "", &ids).unwrap();
         assert_eq!(
             found.get("g1"),
             Some(&Requested {
@@ -664,6 +685,10 @@ mod tests {
             })
         );
         assert!(!found.contains_key("g2"));
-        assert!(requests(&conn, "gh", "other", &ids).unwrap().is_empty());
+        assert!(
+            requests(Db::Sqlite(&conn), "gh", "other", &ids)
+                .unwrap()
+                .is_empty()
+        );
     }
 }

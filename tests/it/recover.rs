@@ -3,10 +3,10 @@
 //! a downtime after a SIGKILL is found at the next start and exactly the missing GitHub
 //! deliveries are redelivered, signed, once; Stripe's missing events are stored with origin
 //! `api` and a later webhook of one is a duplicate; a run of 401s is a gap; rate limits are
-//! waited out; an API failure changes nothing and says so.
+//! waited out; an API failure changes nothing and says so. The two downtimes run on SQLite
+//! and on PostgreSQL.
 
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::proc::Proc;
@@ -27,19 +27,29 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// A config for the real binary listening on `port`: a provider's stand-in must know the
-/// URL it delivers to before hookinbox starts, and again after a restart.
-fn on_port(
+/// A config for the real binary listening on `port`, with its inbox on `backend`: a
+/// provider's stand-in must know the URL it delivers to before hookinbox starts, and again
+/// after a restart. None when there is no PostgreSQL server (after `skip` said so).
+async fn on_port(
+    backend: Backend,
+    test: &str,
     port: u16,
     sources: &str,
-) -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+) -> Option<(tempfile::TempDir, Inbox, std::path::PathBuf)> {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("inbox.db");
     let config = dir.path().join("hookinbox.toml");
     let server =
         format!("[server]\nlisten = \"127.0.0.1:{port}\"\n[admin]\nlisten = \"127.0.0.1:0\"\n");
-    std::fs::write(&config, config_text(&server, &db, sources)).unwrap();
-    (dir, db, config)
+    let (store, inbox) = match backend {
+        Backend::Sqlite => (String::new(), Inbox::Sqlite(db.clone())),
+        Backend::Postgres => {
+            let url = fresh_database(&postgres(test)?).await;
+            (pg_store(&url), Inbox::Postgres(url))
+        }
+    };
+    std::fs::write(&config, config_text_store(&server, &db, &store, sources)).unwrap();
+    Some((dir, inbox, config))
 }
 
 fn github_source(fake: &FakeGitHub, sink: &Sink, secret: &str) -> String {
@@ -93,14 +103,12 @@ async fn eventually(what: &str, timeout: Duration, mut done: impl FnMut() -> boo
     }
 }
 
-fn event_ids(db: &Path, source: &str) -> BTreeSet<String> {
-    let conn = open_read(db);
-    let mut stmt = conn
-        .prepare("SELECT event_id FROM events WHERE source = ?1")
-        .unwrap();
-    stmt.query_map([source], |r| r.get(0))
-        .unwrap()
-        .map(Result::unwrap)
+fn event_ids(inbox: &Inbox, source: &str) -> BTreeSet<String> {
+    inbox
+        .strings(&format!(
+            "SELECT event_id FROM events WHERE source = '{source}'"
+        ))
+        .into_iter()
         .collect()
 }
 
@@ -124,9 +132,9 @@ async fn cli(args: &[&str]) -> (i32, String, String) {
     .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_downtime_after_a_sigkill_is_found_and_exactly_the_missing_github_deliveries_come_back_once()
- {
+async fn a_downtime_after_a_sigkill_is_found_and_exactly_the_missing_github_deliveries_come_back_once(
+    backend: Backend,
+) {
     let port = free_port();
     let sink = Sink::start(|_, _| Reply::Status(200)).await;
     let fake = FakeGitHub::start(
@@ -135,7 +143,12 @@ async fn a_downtime_after_a_sigkill_is_found_and_exactly_the_missing_github_deli
         &format!("http://127.0.0.1:{port}/hooks/gh"),
     )
     .await;
-    let (_dir, db, config) = on_port(port, &github_source(&fake, &sink, GH_SECRET));
+    let test = "recover::a_downtime_after_a_sigkill_is_found";
+    let Some((_dir, db, config)) =
+        on_port(backend, test, port, &github_source(&fake, &sink, GH_SECRET)).await
+    else {
+        return;
+    };
     let config_arg = config.to_str().unwrap();
 
     // Missed hours ago, outside any gap: recovery of the downtime never touches it.
@@ -318,7 +331,7 @@ async fn recover_follows_pages_waits_out_rate_limits_and_a_second_run_asks_for_n
     eventually(
         "the redeliveries in the inbox",
         Duration::from_secs(30),
-        || event_ids(&server.db, "gh").len() == 170,
+        || event_ids(&server.inbox(), "gh").len() == 170,
     )
     .await;
 
@@ -366,7 +379,7 @@ async fn redeliveries_on_their_way_are_not_asked_for_again() {
     assert_eq!(fake.redelivery_requests().len(), 1);
     fake.hold_redeliveries(false);
     eventually("the held redelivery", Duration::from_secs(10), || {
-        event_ids(&server.db, "gh").contains("slow-1")
+        event_ids(&server.inbox(), "gh").contains("slow-1")
     })
     .await;
     server.stop().await;
@@ -406,7 +419,7 @@ async fn stripes_missing_events_are_stored_with_origin_api_and_a_later_webhook_i
     .await;
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("storing 3 events with origin api"), "{out}");
-    let ids = event_ids(&server.db, "stripe");
+    let ids = event_ids(&server.inbox(), "stripe");
     let want: BTreeSet<String> = [
         "evt_delivered",
         "evt_missed_1",
@@ -552,7 +565,7 @@ async fn a_run_of_401s_is_a_gap_and_serve_recovers_it_once_the_secret_is_right()
         "the refused deliveries redelivered",
         Duration::from_secs(40),
         || {
-            let ids = event_ids(&server.db, "gh");
+            let ids = event_ids(&server.inbox(), "gh");
             ids.contains("refused-1") && ids.contains("refused-2")
         },
     )
@@ -598,8 +611,7 @@ async fn a_run_of_401s_is_a_gap_and_serve_recovers_it_once_the_secret_is_right()
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn after_a_downtime_serve_stores_stripes_missing_events_by_itself() {
+async fn after_a_downtime_serve_stores_stripes_missing_events_by_itself(backend: Backend) {
     let port = free_port();
     let sink = Sink::start(|_, _| Reply::Status(200)).await;
     let fake = FakeStripe::start(
@@ -608,7 +620,11 @@ async fn after_a_downtime_serve_stores_stripes_missing_events_by_itself() {
         &format!("http://127.0.0.1:{port}/hooks/stripe"),
     )
     .await;
-    let (_dir, db, config) = on_port(port, &stripe_source(&fake, &sink));
+    let test = "recover::after_a_downtime_serve_stores_stripes_missing_events_by_itself";
+    let Some((_dir, db, config)) = on_port(backend, test, port, &stripe_source(&fake, &sink)).await
+    else {
+        return;
+    };
 
     let first = Proc::spawn(&config);
     fake.create("evt_before", "charge.succeeded", clock_now(), false);
@@ -624,24 +640,16 @@ async fn after_a_downtime_serve_stores_stripes_missing_events_by_itself() {
         event_ids(&db, "stripe").len() == 3
     })
     .await;
-    let conn = open_read(&db);
-    let api: i64 = conn
-        .query_row(
-            "SELECT count(*) FROM events WHERE origin = 'api'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
-    assert_eq!(api, 2);
-    let (kind, detail): (String, String) = conn
-        .query_row("SELECT kind, detail FROM gaps", [], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })
-        .unwrap();
     assert_eq!(
-        (kind.as_str(), detail.as_str()),
-        ("down", "stopped cleanly")
+        db.count("SELECT count(*) FROM events WHERE origin = 'api'"),
+        2
     );
+    let gaps = db.strings("SELECT kind || ': ' || detail FROM gaps");
+    let stopped = match backend {
+        Backend::Sqlite => "down: stopped cleanly",
+        Backend::Postgres => "down: no replica was receiving: stopped cleanly",
+    };
+    assert_eq!(gaps, [stopped]);
     eventually("every event at the app", Duration::from_secs(20), || {
         sink.received()
             .iter()
@@ -704,8 +712,13 @@ async fn a_github_apps_own_hook_is_recovered_with_the_apps_jwt() {
         fake.api_calls()
     );
     eventually("the App hook's redelivery", Duration::from_secs(10), || {
-        event_ids(&server.db, "gh").contains("app-missed")
+        event_ids(&server.inbox(), "gh").contains("app-missed")
     })
     .await;
     server.stop().await;
 }
+
+on_both_backends!(
+    a_downtime_after_a_sigkill_is_found_and_exactly_the_missing_github_deliveries_come_back_once,
+    after_a_downtime_serve_stores_stripes_missing_events_by_itself,
+);
