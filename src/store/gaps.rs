@@ -8,7 +8,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, params};
 use serde::Serialize;
 
 use super::sql::{self, Db};
@@ -132,6 +132,35 @@ struct LastSeen {
     by: String,
 }
 
+/// A source's rows (`?1`), read by [`last_seen`]; PostgreSQL's starts add which replica's.
+const LAST_SEEN: &str = "SELECT heartbeat_at, stopped_at, rejecting_since, rejecting_last,
+                                coalesce(rejected_by, '')
+                           FROM receiving WHERE source = ?1";
+
+fn last_seen(r: &sql::Row) -> rusqlite::Result<LastSeen> {
+    Ok(LastSeen {
+        heartbeat: r.get(0)?,
+        stopped: r.get(1)?,
+        since: r.get(2)?,
+        last: r.get(3)?,
+        by: r.get(4)?,
+    })
+}
+
+/// A heartbeat's open run of refusals as `receiving` keeps it: since, last, how many, by
+/// what.
+fn open_run(b: &Beat) -> (Option<&str>, Option<&str>, i64, Option<String>) {
+    match &b.open {
+        Some(run) => (
+            Some(run.since.as_str()),
+            Some(run.last.as_str()),
+            run.count() as i64,
+            Some(run.encode()),
+        ),
+        None => (None, None, 0, None),
+    }
+}
+
 /// At serve's start: for each configured source seen receiving before, the window since it
 /// was last seen is recorded as a gap (from its clean stop, or from its last heartbeat after
 /// a crash, or from the start of a run of refusals that was still open); from `now` it is
@@ -139,22 +168,7 @@ struct LastSeen {
 pub fn start(conn: &Connection, sources: &[String], now: &str) -> rusqlite::Result<Vec<Gap>> {
     let mut gaps = Vec::new();
     for source in sources {
-        let last = conn
-            .prepare_cached(
-                "SELECT heartbeat_at, stopped_at, rejecting_since, rejecting_last,
-                        coalesce(rejected_by, '')
-                   FROM receiving WHERE source = ?1",
-            )?
-            .query_row([source], |r| {
-                Ok(LastSeen {
-                    heartbeat: r.get(0)?,
-                    stopped: r.get(1)?,
-                    since: r.get(2)?,
-                    last: r.get(3)?,
-                    by: r.get(4)?,
-                })
-            })
-            .optional()?;
+        let last = Db::Sqlite(conn).row(LAST_SEEN, &[source], last_seen)?;
         if let Some((from, detail)) = last.and_then(|l| down_since(l, now)) {
             gaps.push(insert_gap(
                 Db::Sqlite(conn),
@@ -182,15 +196,7 @@ pub fn start(conn: &Connection, sources: &[String], now: &str) -> rusqlite::Resu
 pub fn beat(conn: &Connection, beats: &[Beat], now: &str) -> rusqlite::Result<Vec<Gap>> {
     let mut gaps = Vec::new();
     for b in beats {
-        let (since, last, count, by) = match &b.open {
-            Some(run) => (
-                Some(run.since.as_str()),
-                Some(run.last.as_str()),
-                run.count() as i64,
-                Some(run.encode()),
-            ),
-            None => (None, None, 0, None),
-        };
+        let (since, last, count, by) = open_run(b);
         conn.prepare_cached(
             "INSERT INTO receiving (source, started_at, heartbeat_at, rejecting_since,
                                     rejecting_last, rejected, rejected_by)
@@ -301,34 +307,14 @@ pub fn start_replica(
             &[source],
         )?;
         let others = db.rows(
-            "SELECT heartbeat_at, stopped_at, rejecting_since, rejecting_last,
-                    coalesce(rejected_by, '')
-               FROM receiving WHERE source = ?1 AND replica <> ?2",
+            &format!("{LAST_SEEN} AND replica <> ?2"),
             &[source, &replica],
-            |r| {
-                Ok(LastSeen {
-                    heartbeat: r.get(0)?,
-                    stopped: r.get(1)?,
-                    since: r.get(2)?,
-                    last: r.get(3)?,
-                    by: r.get(4)?,
-                })
-            },
+            last_seen,
         )?;
         let own = db.row(
-            "SELECT heartbeat_at, stopped_at, rejecting_since, rejecting_last,
-                    coalesce(rejected_by, '')
-               FROM receiving WHERE source = ?1 AND replica = ?2",
+            &format!("{LAST_SEEN} AND replica = ?2"),
             &[source, &replica],
-            |r| {
-                Ok(LastSeen {
-                    heartbeat: r.get(0)?,
-                    stopped: r.get(1)?,
-                    since: r.get(2)?,
-                    last: r.get(3)?,
-                    by: r.get(4)?,
-                })
-            },
+            last_seen,
         )?;
         let live = |l: &LastSeen| l.stopped.is_none() && l.heartbeat >= live_since;
         if !others.iter().any(live) {
@@ -374,15 +360,7 @@ pub fn beat_replica(
 ) -> Result<Vec<Gap>, sql::Error> {
     let mut gaps = Vec::new();
     for b in beats {
-        let (since, last, count, by) = match &b.open {
-            Some(run) => (
-                Some(run.since.as_str()),
-                Some(run.last.as_str()),
-                run.count() as i64,
-                Some(run.encode()),
-            ),
-            None => (None, None, 0, None),
-        };
+        let (since, last, count, by) = open_run(b);
         db.execute(
             "INSERT INTO receiving (source, replica, started_at, heartbeat_at, rejecting_since,
                                     rejecting_last, rejected, rejected_by)

@@ -286,14 +286,11 @@ impl TestServer {
         store: &str,
         sources: &str,
     ) -> TestServer {
-        let text = config_text_store(server, &db, store, sources);
-        let path = dir.path().join("hookinbox.toml");
-        std::fs::write(&path, &text).unwrap();
-        let running = serve::start(config::load(&path).unwrap()).await.unwrap();
+        let (running, config) = launch(&dir, &config_text_store(server, &db, store, sources)).await;
         TestServer {
             base: format!("http://{}", running.public_addr),
             admin: format!("http://{}", running.admin_addr),
-            config: config::load(&path).unwrap(),
+            config,
             client: client(),
             running: Some(running),
             _dir: dir,
@@ -312,13 +309,11 @@ impl TestServer {
         }
         let dir = tempfile::tempdir().unwrap();
         let text = config_text_store(SERVER, &self.db, &self.store, sources);
-        let path = dir.path().join("hookinbox.toml");
-        std::fs::write(&path, &text).unwrap();
-        let running = serve::start(config::load(&path).unwrap()).await.unwrap();
+        let (running, config) = launch(&dir, &text).await;
         TestServer {
             base: format!("http://{}", running.public_addr),
             admin: format!("http://{}", running.admin_addr),
-            config: config::load(&path).unwrap(),
+            config,
             running: Some(running),
             // The old directory holds the SQLite inbox: kept until this server is dropped.
             _keep: Some(self._dir),
@@ -421,6 +416,14 @@ impl TestServer {
     pub fn stored_body(&self, source: &str, event_id: &str) -> Option<Vec<u8>> {
         self.inbox().stored_body(source, event_id)
     }
+}
+
+/// Writes `text` as the config in `dir` and starts serve on it.
+async fn launch(dir: &tempfile::TempDir, text: &str) -> (Running, Config) {
+    let path = dir.path().join("hookinbox.toml");
+    std::fs::write(&path, text).unwrap();
+    let running = serve::start(config::load(&path).unwrap()).await.unwrap();
+    (running, config::load(&path).unwrap())
 }
 
 /// A test's inbox, in whichever database holds it, asked as an operator would ask it by
