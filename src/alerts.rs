@@ -386,7 +386,7 @@ pub async fn run(
                 .iter()
                 .map(|(c, state, at)| notice(c, state, at, &targets))
                 .collect();
-            match store_notices(&store, events).await {
+            match store.store_unless_known(events).await {
                 Ok(()) => store.commits().committed(SOURCE),
                 Err(e) => {
                     tracing::warn!(error = %e, notices = batch.len(),
@@ -404,41 +404,6 @@ pub async fn run(
             }
         }
     }
-}
-
-/// Stores notifications not stored before (judged again after a restart, or by another
-/// replica): one notification per condition and state. On SQLite the check and the insert
-/// are one writer job; on PostgreSQL the check is a read, then each is ingested as a
-/// webhook is, so that two replicas noticing at once store one and quarantine the other
-/// (whose `at` differs), and neither is sent twice.
-async fn store_notices(store: &Store, events: Vec<store::ingest::NewEvent>) -> anyhow::Result<()> {
-    const KNOWN: &str = "SELECT 1 FROM events WHERE source = ?1 AND account = '' AND event_id = ?2";
-    if let Some((writer, _)) = store.sqlite() {
-        writer
-            .job(move |conn, now| {
-                for e in &events {
-                    if !conn
-                        .prepare_cached(KNOWN)?
-                        .exists(rusqlite::params![SOURCE, e.event_id])?
-                    {
-                        store::ingest::store(conn, e, now)?;
-                    }
-                }
-                Ok(())
-            })
-            .await?;
-        return Ok(());
-    }
-    for e in events {
-        let id = e.event_id.clone();
-        let known = store
-            .read(move |db| Ok(db.row(KNOWN, &[&SOURCE, &id], |_| Ok(()))?.is_some()))
-            .await?;
-        if !known {
-            store.ingest(e).await?;
-        }
-    }
-    Ok(())
 }
 
 /// Each source's signature rejections so far, from the counters `/metrics` exports.

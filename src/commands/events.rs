@@ -332,11 +332,15 @@ fn follow(db: Db, inbox: &Inbox, args: &Args, out: &mut impl Write) -> anyhow::R
     })?;
     let mut rows = Rows::default();
     let seen = newest_id(db, inbox)?;
+    // The ids looked at before the page is read: an event that commits between the two
+    // (replicas commit out of order) is then either on the page or printed as new.
+    let mut cursor = Cursor::start(db, seen)?;
     let (mut sql, mut params) = filtered(db.dialect(), args);
     sql.push_str(" AND v.id <= ? ORDER BY v.id DESC LIMIT ?");
     params.extend([Value::Integer(seen), Value::Integer(i64::from(args.limit))]);
     let mut page = read(db, inbox, &sql, params)?;
     page.reverse();
+    cursor.looked_at(page.iter().map(|e| e.id));
     if !args.json {
         // The first page is known: aligned over it, as a table would be.
         let header = HEADERS.map(str::to_uppercase);
@@ -349,7 +353,6 @@ fn follow(db: Db, inbox: &Inbox, args: &Args, out: &mut impl Write) -> anyhow::R
         print_followed(e, args.json, &mut rows, out)?;
     }
     out.flush()?;
-    let mut cursor = Cursor::start(db, seen)?;
     loop {
         let stop = runtime.block_on(async {
             tokio::select! {
@@ -435,6 +438,16 @@ impl Cursor {
                 }
             }
         })
+    }
+
+    /// Events already printed (the first page).
+    fn looked_at(&mut self, ids: impl Iterator<Item = i64>) {
+        if let Cursor::Window {
+            settled, looked, ..
+        } = self
+        {
+            looked.extend(ids.filter(|id| id > settled));
+        }
     }
 
     fn new_ids(&mut self, db: Db, inbox: &Inbox) -> anyhow::Result<Vec<New>> {

@@ -218,6 +218,23 @@ const TABLES: &[Table] = &[
         order: "id",
         identity: Some("id"),
     },
+    // The stopped serve's rows, as those of a replica that stopped: the first replica to
+    // start on the copy records the move's window as a gap, then drops them.
+    Table {
+        name: "receiving",
+        columns: &[
+            ("source", "source", Text),
+            ("started_at", "started_at", Text),
+            ("heartbeat_at", "heartbeat_at", Text),
+            ("stopped_at", "stopped_at", Text),
+            ("rejecting_since", "rejecting_since", Text),
+            ("rejecting_last", "rejecting_last", Text),
+            ("rejected", "rejected", Int),
+            ("rejected_by", "rejected_by", Text),
+        ],
+        order: "source",
+        identity: None,
+    },
     Table {
         name: "recovery_requests",
         columns: &[

@@ -74,7 +74,7 @@ fn postgres(store: &PgStore, rules: &[Rule], args: &Args) -> anyhow::Result<(Vec
         .build()
         .context("starting the runtime for PostgreSQL")?;
     runtime.block_on(async {
-        let inbox = store::pg::Inbox::start(store, Arc::new(crate::metrics::Metrics::new()))
+        let inbox = store::pg::Inbox::for_command(store, Arc::new(crate::metrics::Metrics::new()))
             .await
             .with_context(|| format!("opening the inbox {}", store.url))?;
         let mut progress = Progress::new("pruning, rows removed", None);

@@ -102,7 +102,7 @@ pub fn run(
                 Inbox::Direct(Arc::new(Mutex::new(conn)))
             }
             store::sql::Inbox::Postgres(pg) => Inbox::Store(store::Store::Postgres(
-                store::pg::Inbox::start(pg, metrics.clone())
+                store::pg::Inbox::for_command(pg, metrics.clone())
                     .await
                     .with_context(|| format!("opening the inbox {}", pg.url))?,
             )),

@@ -33,7 +33,7 @@ use crate::store::{self, Store, retention};
 /// Marks dead the pending deliveries of targets no longer configured (see
 /// [`queue::retire_unknown_targets`]).
 async fn retire_unknown_targets(
-    writer: &Writer,
+    store: &Store,
     sources: &[Arc<Source>],
     alerts: &[config::Target],
 ) -> anyhow::Result<()> {
@@ -46,9 +46,7 @@ async fn retire_unknown_targets(
                 .map(|t| (crate::alerts::SOURCE.to_owned(), t.name.clone())),
         )
         .collect();
-    let n = writer
-        .job(move |conn, now| store::queue::retire_unknown_targets(conn, &pairs, now))
-        .await?;
+    let n = store.retire_unknown_targets(pairs).await?;
     if n > 0 {
         tracing::warn!(
             deliveries = n,
@@ -57,6 +55,39 @@ async fn retire_unknown_targets(
         );
     }
     Ok(())
+}
+
+/// With replicas: once [`store::gaps::LIVE`] has passed, whether the replicas that looked
+/// live at the start were; a gap found is logged and handed to recovery. Not again after a
+/// failure: the gap is then not recorded (the log says so).
+async fn confirm_receiving(
+    store: Store,
+    unconfirmed: Vec<store::gaps::Unconfirmed>,
+    found: tokio::sync::mpsc::UnboundedSender<store::gaps::Gap>,
+    mut stop: watch::Receiver<bool>,
+) {
+    tokio::select! {
+        () = tokio::time::sleep(store::gaps::LIVE) => {}
+        _ = stop.wait_for(|s| *s) => return,
+    }
+    for u in unconfirmed {
+        let source = u.source.clone();
+        match store.confirm_receiving(u).await {
+            Ok(Some(gap)) => {
+                tracing::warn!(
+                    source = gap.source,
+                    from = gap.started_at,
+                    until = gap.ended_at,
+                    detail = gap.detail,
+                    "the source was not receiving: a gap"
+                );
+                let _ = found.send(gap);
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(source, error = %format!("{e:#}"),
+                "could not confirm that another replica was receiving; a gap may be missing"),
+        }
+    }
 }
 
 /// What `check` would print about `config`: warnings, and the problems that will fail
@@ -210,11 +241,9 @@ impl Running {
         // finishing attempts of a removed target; they record those, and claim nothing
         // retired. (Not on PostgreSQL: replicas in the middle of a rollout disagree about
         // which targets exist, and one must not retire what the others deliver.)
-        if let Some((writer, _)) = self.store.sqlite() {
-            retire_unknown_targets(writer, &sources, &config.alerts)
-                .await
-                .context("retiring the deliveries of removed targets")?;
-        }
+        retire_unknown_targets(&self.store, &sources, &config.alerts)
+            .await
+            .context("retiring the deliveries of removed targets")?;
 
         // First, so that the new sources' series are there before their first request.
         self.metrics.configure(&sources, &config.alerts);
@@ -353,9 +382,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let restart_only = config.restart_only();
     let sources: Vec<Arc<Source>> = config.sources.into_iter().map(Arc::new).collect();
     metrics.configure(&sources, &config.alerts);
-    if let Some(sq) = &sqlite {
-        retire_unknown_targets(&sq.writer, &sources, &config.alerts).await?;
-    }
+    retire_unknown_targets(&store, &sources, &config.alerts).await?;
     let deliverer = Deliverer::start(&sources, &config.alerts, store.clone(), metrics.clone())
         .context("setting up the delivery targets")?;
     let delivery_health = deliverer.health();
@@ -386,20 +413,10 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
             .and_then(|h| h.into_string().ok())
             .unwrap_or_else(|| "?".into())
     );
-    let gaps_at_start = match &sqlite {
-        Some(sq) => sq
-            .writer
-            .job(move |conn, now| store::gaps::start(conn, &names, now))
-            .await
-            .map_err(anyhow::Error::from),
-        None => {
-            let replica = replica.clone();
-            store
-                .change(move |db, now| store::gaps::start_replica(db, &replica, &names, now))
-                .await
-        }
-    }
-    .context("recording when each source was last receiving")?;
+    let (gaps_at_start, unconfirmed) = store
+        .start_receiving(replica.clone(), names)
+        .await
+        .context("recording when each source was last receiving")?;
     for gap in &gaps_at_start {
         tracing::warn!(
             source = gap.source,
@@ -410,6 +427,14 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         );
     }
     let (gap_tx, gap_rx) = tokio::sync::mpsc::unbounded_channel();
+    if !unconfirmed.is_empty() {
+        tasks.push(tokio::spawn(confirm_receiving(
+            store.clone(),
+            unconfirmed,
+            gap_tx.clone(),
+            retention_stopped.clone(),
+        )));
+    }
     let heartbeat_task = tokio::spawn(crate::recover::watch::heartbeat(
         store.clone(),
         replica,

@@ -272,8 +272,8 @@ impl Receiver {
         source: &SourceState,
         known: Option<&Secret>,
     ) -> Option<Secret> {
-        if self.store.sqlite().is_some() {
-            return None; // one serve per SQLite inbox: nobody else learns
+        if !self.store.shared() {
+            return None; // nobody else writes this inbox: nobody else learns
         }
         {
             let mut checked = self

@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::clock;
 use crate::store::Store;
-use crate::store::gaps::{self, Beat, Gap, Run};
+use crate::store::gaps::{Beat, Gap, Run};
 
 /// How often `serve` writes "still receiving" for every source. A crash is known to have
 /// begun at most this long before the last heartbeat's time; recovery asks providers for a
@@ -169,31 +169,9 @@ pub async fn heartbeat(
         };
         let names: Vec<String> = sources.borrow().iter().map(|s| s.name.clone()).collect();
         let beats = watch.beats(&names);
-        let sent = beats.clone();
-        let result = match store.sqlite() {
-            Some((writer, _)) => writer
-                .quiet_job(move |conn, now| {
-                    let gaps = gaps::beat(conn, &sent, now)?;
-                    if stopping {
-                        gaps::stop(conn, &names, now)?;
-                    }
-                    Ok(gaps)
-                })
-                .await
-                .map_err(anyhow::Error::from),
-            None => {
-                let replica = replica.clone();
-                store
-                    .change(move |db, now| {
-                        let gaps = gaps::beat_replica(db, &replica, &sent, now)?;
-                        if stopping {
-                            gaps::stop_replica(db, &replica, &names, now)?;
-                        }
-                        Ok(gaps)
-                    })
-                    .await
-            }
-        };
+        let result = store
+            .beat(replica.clone(), beats.clone(), stopping.then_some(names))
+            .await;
         match result {
             Ok(recorded) => {
                 for gap in recorded {

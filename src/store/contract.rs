@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 
 use super::commits::Commits;
+use super::gaps::{self, Beat, Gap};
 use super::ingest::{NewEvent, Stored};
 use super::pause::{self, Paused};
 use super::queue::{self, ClaimRequest, Claims, EventData, Finished, Recorded};
@@ -84,6 +85,126 @@ impl Store {
             }
             Store::Postgres(_) => Ok(0),
         }
+    }
+
+    /// Marks dead the pending deliveries of every target not in `keep` (serve's start and
+    /// reload). Not on PostgreSQL, for the reason [`Store::retire_targets`] gives.
+    pub async fn retire_unknown_targets(
+        &self,
+        keep: Vec<(String, String)>,
+    ) -> Result<usize, WriteError> {
+        match self {
+            Store::Sqlite { writer, .. } => {
+                writer
+                    .job(move |conn, now| queue::retire_unknown_targets(conn, &keep, now))
+                    .await
+            }
+            Store::Postgres(_) => Ok(0),
+        }
+    }
+
+    /// At serve's start: the window since each source was last seen receiving is recorded
+    /// as a gap ([`gaps::start`]; with replicas, only while none was, [`gaps::start_replica`]),
+    /// and from now on it is receiving. `replica` names this process among replicas.
+    ///
+    /// With replicas, a start that found others live returns them too, to be confirmed
+    /// after [`gaps::LIVE`] ([`Store::confirm_receiving`]).
+    pub async fn start_receiving(
+        &self,
+        replica: String,
+        sources: Vec<String>,
+    ) -> anyhow::Result<(Vec<Gap>, Vec<gaps::Unconfirmed>)> {
+        match self {
+            Store::Sqlite { writer, .. } => Ok((
+                writer
+                    .job(move |conn, now| gaps::start(conn, &sources, now))
+                    .await?,
+                Vec::new(),
+            )),
+            Store::Postgres(_) => {
+                self.change(move |db, now| gaps::start_replica(db, &replica, &sources, now))
+                    .await
+            }
+        }
+    }
+
+    /// See [`gaps::confirm`]: the gap found, if the replicas that looked live were not.
+    pub async fn confirm_receiving(&self, u: gaps::Unconfirmed) -> anyhow::Result<Option<Gap>> {
+        self.change(move |db, _| gaps::confirm(db, &u)).await
+    }
+
+    /// A heartbeat ([`gaps::beat`]), and with `stopping` the clean-stop marker of these
+    /// sources. On SQLite a quiet job: it does not keep the idle checkpoint from running.
+    pub async fn beat(
+        &self,
+        replica: String,
+        beats: Vec<Beat>,
+        stopping: Option<Vec<String>>,
+    ) -> anyhow::Result<Vec<Gap>> {
+        match self {
+            Store::Sqlite { writer, .. } => Ok(writer
+                .quiet_job(move |conn, now| {
+                    let recorded = gaps::beat(conn, &beats, now)?;
+                    if let Some(names) = &stopping {
+                        gaps::stop(conn, names, now)?;
+                    }
+                    Ok(recorded)
+                })
+                .await?),
+            Store::Postgres(_) => {
+                self.change(move |db, now| {
+                    let recorded = gaps::beat_replica(db, &replica, &beats, now)?;
+                    if let Some(names) = &stopping {
+                        gaps::stop_replica(db, &replica, names, now)?;
+                    }
+                    Ok(recorded)
+                })
+                .await
+            }
+        }
+    }
+
+    /// Stores each of `events` whose identity is not stored yet (alert notifications,
+    /// judged again after a restart or by another replica). On SQLite the check and the
+    /// insert are one writer job; on PostgreSQL the check is a read and each is ingested as
+    /// a webhook is, so two replicas storing at once store one and quarantine the other.
+    pub async fn store_unless_known(&self, events: Vec<NewEvent>) -> anyhow::Result<()> {
+        const KNOWN: &str =
+            "SELECT 1 FROM events WHERE source = ?1 AND account = ?2 AND event_id = ?3";
+        if let Store::Sqlite { writer, .. } = self {
+            writer
+                .job(move |conn, now| {
+                    for e in &events {
+                        let params = rusqlite::params![&*e.source, &*e.account, e.event_id];
+                        if !conn.prepare_cached(KNOWN)?.exists(params)? {
+                            super::ingest::store(conn, e, now)?;
+                        }
+                    }
+                    Ok(())
+                })
+                .await?;
+            return Ok(());
+        }
+        for e in events {
+            let (source, account, id) = (e.source.clone(), e.account.clone(), e.event_id.clone());
+            let known = self
+                .read(move |db| {
+                    Ok(db
+                        .row(KNOWN, &[&&*source, &&*account, &id], |_| Ok(()))?
+                        .is_some())
+                })
+                .await?;
+            if !known {
+                self.ingest(e).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether other processes write this inbox too (replicas on PostgreSQL): what one
+    /// learns (a handshake's secret) the others must read again.
+    pub fn shared(&self) -> bool {
+        matches!(self, Store::Postgres(_))
     }
 
     /// Whether a target is paused, and when its next claimable delivery is due (inbox text).

@@ -294,14 +294,18 @@ pub fn start_replica(
     replica: &str,
     sources: &[String],
     now: &str,
-) -> Result<Vec<Gap>, sql::Error> {
+) -> Result<(Vec<Gap>, Vec<Unconfirmed>), sql::Error> {
     let live_since = crate::clock::iso(
         humantime::parse_rfc3339(now)
             .map(|t| t - LIVE)
             .unwrap_or(std::time::UNIX_EPOCH),
     );
     let mut gaps = Vec::new();
-    for source in sources {
+    let mut unconfirmed = Vec::new();
+    // In one order on every replica, so that two starting together cannot deadlock.
+    let mut sources = sources.to_vec();
+    sources.sort();
+    for source in &sources {
         db.execute(
             "SELECT pg_advisory_xact_lock(hashtextextended('hookinbox receiving ' || ?1, 0))",
             &[source],
@@ -317,7 +321,22 @@ pub fn start_replica(
             last_seen,
         )?;
         let live = |l: &LastSeen| l.stopped.is_none() && l.heartbeat >= live_since;
-        if !others.iter().any(live) {
+        if others.iter().any(live) {
+            // Live by their last heartbeat, which is a guess: a replica killed a moment
+            // ago looks the same. Confirmed (or not) once LIVE has passed: [`confirm`].
+            let replicas = db.rows(
+                "SELECT replica, heartbeat_at FROM receiving
+                  WHERE source = ?1 AND replica <> ?2 AND stopped_at IS NULL
+                    AND heartbeat_at >= ?3",
+                &[source, &replica, &live_since],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?;
+            unconfirmed.push(Unconfirmed {
+                source: source.clone(),
+                replicas,
+                started_at: now.to_owned(),
+            });
+        } else {
             // The last one seen receiving: its clean stop or its last heartbeat.
             let seen = |l: &LastSeen| l.stopped.clone().unwrap_or_else(|| l.heartbeat.clone());
             if let Some((from, detail)) = others
@@ -346,7 +365,59 @@ pub fn start_replica(
             &[source, &replica, &now],
         )?;
     }
-    Ok(gaps)
+    Ok((gaps, unconfirmed))
+}
+
+/// Replicas that looked live when this one started receiving a source: their ids and
+/// last heartbeats then, and when that start was.
+#[derive(Debug, Clone)]
+pub struct Unconfirmed {
+    pub source: String,
+    pub replicas: Vec<(String, String)>,
+    pub started_at: String,
+}
+
+/// After [`LIVE`] has passed since a start that found `u`'s replicas live: if one of them
+/// wrote a heartbeat or a clean stop since, it was receiving and there was no gap;
+/// otherwise they were gone already (killed a moment before), and the window from the
+/// last of their heartbeats to the start is a gap, recorded now, and their rows are
+/// dropped. A row gone meanwhile was found gone by another replica's start, which saw
+/// this one live: it does not count as moving on.
+pub fn confirm(db: Db, u: &Unconfirmed) -> Result<Option<Gap>, sql::Error> {
+    for (replica, heartbeat) in &u.replicas {
+        let moved = db.row(
+            "SELECT 1 FROM receiving
+              WHERE source = ?1 AND replica = ?2
+                AND (heartbeat_at > ?3 OR stopped_at IS NOT NULL)",
+            &[&u.source, replica, heartbeat],
+            |_| Ok(()),
+        )?;
+        if moved.is_some() {
+            return Ok(None);
+        }
+    }
+    let Some(from) = u.replicas.iter().map(|(_, h)| h).max() else {
+        return Ok(None);
+    };
+    for (replica, _) in &u.replicas {
+        db.execute(
+            "DELETE FROM receiving WHERE source = ?1 AND replica = ?2",
+            &[&u.source, replica],
+        )?;
+    }
+    if from.as_str() >= u.started_at.as_str() {
+        return Ok(None);
+    }
+    let detail = "no replica was receiving: no heartbeat since (a crash, a kill or a power \
+                  loss), found when the next replica's start was confirmed";
+    Ok(Some(insert_gap(
+        db,
+        &u.source,
+        "down",
+        from,
+        &u.started_at,
+        detail,
+    )?))
 }
 
 /// [`beat`] for one of several replicas on PostgreSQL: its own rows; a closed run of

@@ -270,6 +270,24 @@ impl PgConn {
     /// Connects to the inbox `store` names and checks that its schema is this binary's
     /// (`serve` creates and migrates it; a command only reads and steers).
     pub fn open(store: &crate::config::PgStore) -> anyhow::Result<PgConn> {
+        let pg = PgConn::connect(store)?;
+        let exists: bool =
+            Db::Postgres(&pg).value("SELECT to_regclass('schema_migrations') IS NOT NULL", &[])?;
+        let found: i64 = if exists {
+            Db::Postgres(&pg).value(
+                "SELECT coalesce(max(version), 0)::bigint FROM schema_migrations",
+                &[],
+            )?
+        } else {
+            0
+        };
+        super::pg::require_version(found)?;
+        Ok(pg)
+    }
+
+    /// Connects, without looking at the schema: for `serve`'s pool (serve migrated or
+    /// checked it at its start; a newer replica may have migrated it since, compatibly).
+    fn connect(store: &crate::config::PgStore) -> anyhow::Result<PgConn> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -286,32 +304,10 @@ impl PgConn {
         let client = runtime
             .block_on(connector.connect())
             .map_err(|e| anyhow::anyhow!("{}", crate::pg::describe(&e)))?;
-        let pg = PgConn {
+        Ok(PgConn {
             runtime: Some(runtime),
             client,
-        };
-        let exists: bool =
-            Db::Postgres(&pg).value("SELECT to_regclass('schema_migrations') IS NOT NULL", &[])?;
-        let found: i64 = if exists {
-            Db::Postgres(&pg).value(
-                "SELECT coalesce(max(version), 0)::bigint FROM schema_migrations",
-                &[],
-            )?
-        } else {
-            0
-        };
-        let known = super::pg::schema_version();
-        match found.cmp(&known) {
-            std::cmp::Ordering::Equal => Ok(pg),
-            std::cmp::Ordering::Less => anyhow::bail!(
-                "the PostgreSQL inbox has schema version {found}, this hookinbox writes \
-                 {known}: start `hookinbox serve` with this binary once, which migrates it"
-            ),
-            std::cmp::Ordering::Greater => anyhow::bail!(
-                "the PostgreSQL inbox has schema version {found}, newer than this hookinbox \
-                 knows ({known}); run the newer hookinbox"
-            ),
-        }
+        })
     }
 
     fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
@@ -389,9 +385,15 @@ impl PgPool {
     /// allowed). The connection goes back to the pool unless it broke.
     pub fn with<T>(&self, f: impl FnOnce(Db) -> anyhow::Result<T>) -> anyhow::Result<T> {
         let idle = self.idle.lock().expect("no panics while holding it").pop();
+        // An idle connection's driver runs only inside block_on: one turn lets it notice a
+        // socket the server closed meanwhile (a restart, a failover, an idle timeout).
+        let idle = idle.filter(|conn| {
+            conn.block_on(tokio::task::yield_now());
+            !conn.client.is_closed()
+        });
         let conn = match idle {
-            Some(conn) if !conn.client.is_closed() => conn,
-            _ => PgConn::open(&self.store)?,
+            Some(conn) => conn,
+            None => PgConn::connect(&self.store)?,
         };
         let result = f(Db::Postgres(&conn));
         if !conn.client.is_closed() {

@@ -1439,3 +1439,60 @@ async fn a_gap_is_a_window_in_which_no_replica_was_receiving() {
     assert!(page.contains("no replica was receiving"), "{page}");
     c.stop().await;
 }
+
+/// A replica killed a moment before another starts looks live by its last heartbeat: the
+/// start records no gap then, and confirms once three heartbeats have passed that the other
+/// never wrote again, recording the window from its last heartbeat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_that_looked_live_at_a_start_but_was_dead_leaves_a_gap() {
+    let Some(url) = database("pg_store::a_replica_that_looked_live").await else {
+        return;
+    };
+    let db = pg_connect(&url).await;
+    // The schema first (a server's start), then a replica's row as its last heartbeat,
+    // five seconds ago, left it when it was killed.
+    let first = TestServer::start_store(&pg_store(&url), ONE_SOURCE).await;
+    first.stop().await;
+    db.batch_execute("DELETE FROM receiving").await.unwrap();
+    let beat = hookinbox::clock::iso(std::time::SystemTime::now() - Duration::from_secs(5));
+    db.execute(
+        "INSERT INTO receiving (source, replica, started_at, heartbeat_at)
+         VALUES ('sw', 'killed/127.0.0.1:1', $1, $1)",
+        &[&beat],
+    )
+    .await
+    .unwrap();
+    let server = TestServer::start_store(&pg_store(&url), ONE_SOURCE).await;
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM gaps").await,
+        0,
+        "it looked live"
+    );
+    wait_count(
+        &db,
+        "SELECT count(*) FROM gaps WHERE kind = 'down'",
+        1,
+        Duration::from_secs(60),
+    )
+    .await;
+    let row = db
+        .query_one("SELECT started_at, detail FROM gaps", &[])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), beat, "from its last heartbeat");
+    assert!(
+        row.get::<_, String>(1)
+            .contains("found when the next replica's start was confirmed"),
+        "{}",
+        row.get::<_, String>(1)
+    );
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(*) FROM receiving WHERE replica = 'killed/127.0.0.1:1'"
+        )
+        .await,
+        0
+    );
+    server.stop().await;
+}

@@ -84,6 +84,23 @@ pub fn schema_version() -> i64 {
     super::sections(SCHEMA).last().map_or(0, |(v, _)| *v)
 }
 
+/// Refuses a schema version other than this binary's, for what must not migrate (the
+/// operator commands), with what to do.
+pub fn require_version(found: i64) -> anyhow::Result<()> {
+    let known = schema_version();
+    match found.cmp(&known) {
+        std::cmp::Ordering::Equal => Ok(()),
+        std::cmp::Ordering::Less => anyhow::bail!(
+            "the PostgreSQL inbox has schema version {found}, this hookinbox writes {known}: \
+             start `hookinbox serve` with this binary once, which migrates it"
+        ),
+        std::cmp::Ordering::Greater => anyhow::bail!(
+            "the PostgreSQL inbox has schema version {found}, newer than this hookinbox knows \
+             ({known}); run the newer hookinbox"
+        ),
+    }
+}
+
 /// Applies the migrations this database lacks, each in one transaction that holds
 /// [`MIGRATION_LOCK`]: a second replica starting at the same moment waits, then finds them
 /// applied.
@@ -156,6 +173,20 @@ impl Inbox {
     /// server cannot be reached or the schema is newer than this binary: a replica that
     /// cannot store anything must not look ready.
     pub async fn start(config: &PgStore, metrics: Arc<Metrics>) -> Result<Inbox, Error> {
+        Inbox::start_with(config, metrics, true).await
+    }
+
+    /// [`Inbox::start`] for an operator's command (`prune`, `recover`): the schema must be
+    /// this binary's already; a command never migrates what a fleet of replicas runs on.
+    pub async fn for_command(config: &PgStore, metrics: Arc<Metrics>) -> Result<Inbox, Error> {
+        Inbox::start_with(config, metrics, false).await
+    }
+
+    async fn start_with(
+        config: &PgStore,
+        metrics: Arc<Metrics>,
+        migrating: bool,
+    ) -> Result<Inbox, Error> {
         let connector = Connector::new(
             &config.url,
             config.password.as_ref(),
@@ -168,7 +199,26 @@ impl Inbox {
             .connect()
             .await
             .map_err(|e| Error::Connect(crate::pg::describe(&e)))?;
-        migrate(&mut first).await?;
+        if migrating {
+            migrate(&mut first).await?;
+        } else {
+            let exists: bool = first
+                .query_one("SELECT to_regclass('schema_migrations') IS NOT NULL", &[])
+                .await?
+                .get(0);
+            let found: i64 = if exists {
+                first
+                    .query_one(
+                        "SELECT coalesce(max(version), 0)::bigint FROM schema_migrations",
+                        &[],
+                    )
+                    .await?
+                    .get(0)
+            } else {
+                0
+            };
+            require_version(found).map_err(|e| Error::Db(format!("{e:#}")))?;
+        }
         let health = Arc::new(Health {
             last_commit_ok: AtomicBool::new(true),
         });

@@ -573,6 +573,25 @@ async fn prune(
             &[&rule.source, &identity_cut, &chunk],
         )
         .await?;
+    // Recovery's record, with the same windows as SQLite's: gaps past keep_identity,
+    // redeliveries asked for past keep_payload.
+    let gaps = tx
+        .execute(
+            "DELETE FROM gaps WHERE id IN (
+                 SELECT id FROM gaps WHERE source = $1 AND ended_at < $2
+                  LIMIT $3 FOR UPDATE SKIP LOCKED)",
+            &[&rule.source, &identity_cut, &chunk],
+        )
+        .await?;
+    let requests = tx
+        .execute(
+            "DELETE FROM recovery_requests WHERE (source, account, event_id) IN (
+                 SELECT source, account, event_id FROM recovery_requests
+                  WHERE source = $1 AND requested_at < $2
+                  LIMIT $3 FOR UPDATE SKIP LOCKED)",
+            &[&rule.source, &payload_cut, &chunk],
+        )
+        .await?;
     let n = |x: u64| i64::try_from(x).unwrap_or(i64::MAX);
     Ok(Pruned {
         payloads: n(payloads),
@@ -580,6 +599,7 @@ async fn prune(
         conflicts: n(conflicts),
         attempts: n(attempts),
         order_keys: n(order_keys),
+        recovery: n(gaps) + n(requests),
         ..Pruned::default()
     })
 }
