@@ -74,13 +74,7 @@ async fn confirm_receiving(
         let source = u.source.clone();
         match store.confirm_receiving(u).await {
             Ok(Some(gap)) => {
-                tracing::warn!(
-                    source = gap.source,
-                    from = gap.started_at,
-                    until = gap.ended_at,
-                    detail = gap.detail,
-                    "the source was not receiving: a gap"
-                );
+                gap.warn("the source was not receiving: a gap");
                 let _ = found.send(gap);
             }
             Ok(None) => {}
@@ -418,13 +412,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         .await
         .context("recording when each source was last receiving")?;
     for gap in &gaps_at_start {
-        tracing::warn!(
-            source = gap.source,
-            from = gap.started_at,
-            until = gap.ended_at,
-            detail = gap.detail,
-            "the source was not receiving: a gap"
-        );
+        gap.warn("the source was not receiving: a gap");
     }
     let (gap_tx, gap_rx) = tokio::sync::mpsc::unbounded_channel();
     if !unconfirmed.is_empty() {

@@ -175,13 +175,7 @@ pub async fn heartbeat(
         match result {
             Ok(recorded) => {
                 for gap in recorded {
-                    tracing::warn!(
-                        source = gap.source,
-                        from = gap.started_at,
-                        until = gap.ended_at,
-                        detail = gap.detail,
-                        "a source refused every request for a while: a gap"
-                    );
+                    gap.warn("a source refused every request for a while: a gap");
                     let _ = found.send(gap);
                 }
             }

@@ -27,6 +27,19 @@ pub struct Gap {
     pub recovery: Option<String>,
 }
 
+impl Gap {
+    /// Logs the gap as found, `what` saying how (every place that records one says so).
+    pub fn warn(&self, what: &str) {
+        tracing::warn!(
+            source = self.source,
+            from = self.started_at,
+            until = self.ended_at,
+            detail = self.detail,
+            "{what}"
+        );
+    }
+}
+
 /// A run of refused requests with no accepted one since: the receiving side's view, carried
 /// by each heartbeat so that a crash in the middle of it still knows where it began.
 #[derive(Debug, Clone, PartialEq, Eq)]
