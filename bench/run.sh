@@ -2,22 +2,32 @@
 # The benchmark: prints numbers, asserts nothing. Everything runs on this machine, in one
 # run, so compare the ratios, not the absolute figures (shared machines are noisy).
 #
-#   bench/run.sh                 # 3 rounds, 6 s per measurement
+#   bench/run.sh                 # 3 rounds, 6 s per measurement (about 5 minutes)
 #   BENCH_SECONDS=20 BENCH_ROUNDS=5 bench/run.sh
 #
-# The ceiling, unique and duplicate runs are interleaved, round after round, and the table
-# shows the median of each, the median and range of the per-round ratios, and the worst
-# p99: on a shared machine one 6 s ceiling can come out 50% above the next one, so a ratio
-# from a single pair of runs says more about the neighbours than about hookinbox.
-#
-# Measures, each with 32 keep-alive connections and 1.5 KB signed bodies:
-#   ceiling    a bare hyper server that reads the body and answers 200
-#   unique     hookinbox, synchronous=full, every event new (commit + 2xx)
-#   duplicate  hookinbox, the same event over and over (verify + lookup + 2xx)
-#   forward    hookinbox forwarding stored events to a local HTTP sink
-#   peer       the Debian package `webhook` (adnanh/webhook) with an HMAC-SHA256 rule;
-#              installed with apt-get when missing and run as root, else skipped
-#   peak RSS   of hookinbox across the runs, and of the peer
+# Each round measures, in turn, with 32 keep-alive connections and 1.5 KB bodies:
+#   wrk         Debian's wrk (-t1) against a bare hyper server that reads the body and
+#               answers 200: the ceiling every ratio is taken against. wrk cannot sign,
+#               so it drives only the bare server
+#   loadgen     hookinbox-loadgen against the same bare server: how much of the ceiling
+#               the signing load generator itself reaches, and its CPU per request
+#   ordered     hookinbox, synchronous=full, every event new, ids ordered by time
+#               (UUIDv7- or ULID-like: the identity index grows at its end)
+#   random      the same with random ids (UUIDs, as GitHub's): each insert lands at a
+#               random place in the identity index
+#   duplicate   the same signed event over and over (verify, find the identity, answer)
+# Each round's ratios are against that round's wrk ceiling; the table shows the median
+# rate of each row, the median and the range of its per-round ratios, and the worst p99.
+# For hookinbox's rows it also shows, measured around each run: the server's CPU per
+# request (/proc/PID/stat), the bytes it wrote per stored event (/proc/PID/io,
+# write_bytes: WAL frames, checkpoints, everything), and the events per commit (/metrics).
+# Then, once:
+#   forward     events stored while their target is paused, then resumed with a local HTTP
+#               sink (the bare server) up: accepted deliveries per second, first to last
+#   peer        the Debian package `webhook` (adnanh/webhook) with an HMAC-SHA256 rule,
+#               driven by the load generator as hookinbox is
+# wrk and webhook are installed with apt-get when missing and the script runs as root;
+# without wrk it stops, without webhook it skips the peer and says so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +35,19 @@ seconds=${BENCH_SECONDS:-6}
 rounds=${BENCH_ROUNDS:-3}
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "BENCH_ROUNDS must be a whole number of rounds, 1 or more (got '$rounds')" >&2; exit 2; }
 conns=32
+
+install_missing() { # $1 = command, $2 = Debian package
+    command -v "$1" >/dev/null && return
+    [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null || return 0
+    echo "installing the Debian package $2" >&2
+    { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" \
+      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2"; }; } \
+      >/dev/null 2>&1 || true
+}
+install_missing wrk wrk
+install_missing webhook webhook
+command -v wrk >/dev/null || { echo "bench/run.sh needs wrk for the ceiling: apt-get install wrk (as root)" >&2; exit 2; }
+
 cargo build --release --locked --features loadgen >&2
 bin=$PWD/target/release
 work=$(mktemp -d)
@@ -64,31 +87,82 @@ send() { send_as "$work/plain.toml" bench "$@"; }
 
 field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])" "$1" "$2"; }
 
+# wrk with a 1.5 KB body, as one JSON line like the load generator's.
+cat >"$work/post.lua" <<'LUA'
+wrk.method = "POST"
+wrk.body = string.rep("x", 1500)
+wrk.headers["Content-Type"] = "application/json"
+LUA
+ceiling() {
+    wrk -t1 -c"$conns" -d"${seconds}s" --latency -s "$work/post.lua" "http://127.0.0.1:$bare/hooks/bench" |
+        python3 -c '
+import json, re, sys
+out = sys.stdin.read()
+def ms(v, unit):
+    return float(v) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+pct = {p: ms(v, u) for p, v, u in re.findall(r"^\s+(50|99)(?:\.0+)?%\s+([\d.]+)(us|ms|s)$", out, re.M)}
+errors = sum(int(n) for n in re.findall(r"(?:connect|read|write|timeout) (\d+)", out))
+non_2xx = int(m.group(1)) if (m := re.search(r"Non-2xx or 3xx responses: (\d+)", out)) else 0
+print(json.dumps({"per_second": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
+                  "p50_ms": pct["50"], "p99_ms": pct["99"], "non_2xx": non_2xx, "errors": errors}))'
+}
+
+# One load generator run against serve ($1 = pid), with what serve spent on it: CPU per
+# request, bytes written per stored event, events per commit. One JSON line.
+measured() {
+    local pid=$1; shift
+    local before after out
+    before=$(server_counters "$pid")
+    out=$(send "http://127.0.0.1:$pub" "$@")
+    after=$(server_counters "$pid")
+    python3 - "$out" "$before" "$after" <<'PY'
+import json, sys
+run, a, b = (json.loads(x) for x in sys.argv[1:])
+d = {k: b[k] - a[k] for k in a}
+requests = run["acked"] + run["non_2xx"] + run["errors"]
+run["server_cpu_us"] = d["cpu_s"] * 1e6 / max(requests, 1)
+run["kib_per_event"] = d["write_bytes"] / 1024 / d["events"] if d["events"] else 0
+run["per_commit"] = d["events"] / d["commits"] if d["commits"] else 0
+print(json.dumps(run))
+PY
+}
+server_counters() { # CPU seconds, bytes written, events and commits of the writer so far
+    python3 - "$1" "$admin" <<'PY'
+import json, os, sys, urllib.request
+pid, admin = sys.argv[1], sys.argv[2]
+stat = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+cpu = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+io = dict(l.split(": ") for l in open(f"/proc/{pid}/io").read().splitlines())
+m = {}
+for line in urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics").read().decode().splitlines():
+    if line.startswith("hookinbox_writer_batch_size_"):
+        name, value = line.split()
+        m[name] = float(value)
+print(json.dumps({"cpu_s": cpu, "write_bytes": int(io["write_bytes"]),
+                  "events": m["hookinbox_writer_batch_size_sum"],
+                  "commits": m["hookinbox_writer_batch_size_count"]}))
+PY
+}
+
 config "$work/plain.toml" "$work/plain.db" ""
 
-# The ceiling, and hookinbox receiving unique events, then one duplicate over and over;
-# one JSON line per run in $work/<name>.jsonl.
 "$bin/hookinbox-loadgen" bare --listen "127.0.0.1:$bare" 2>/dev/null & pids+=($!)
 "$bin/hookinbox" serve --config "$work/plain.toml" 2>"$work/serve.log" & serve=$!; pids+=("$serve")
 wait_port "$bare"
 wait_port "$pub"
 for round in $(seq "$rounds"); do
     echo "round $round of $rounds" >&2
-    send "http://127.0.0.1:$bare" >>"$work/ceiling.jsonl"
-    send "http://127.0.0.1:$pub" >>"$work/unique.jsonl"
-    send "http://127.0.0.1:$pub" --duplicates >>"$work/duplicate.jsonl"
+    ceiling >>"$work/wrk.jsonl"
+    send "http://127.0.0.1:$bare" >>"$work/loadgen.jsonl"
+    measured "$serve" --ids ordered >>"$work/ordered.jsonl"
+    measured "$serve" --ids random >>"$work/random.jsonl"
+    measured "$serve" --ids duplicate >>"$work/duplicate.jsonl"
 done
 rss_recv=$(awk '/VmHWM/ {print $2}' "/proc/$serve/status")
-# The medians, as one JSON line like the load generator's, for the peer's and forwarding's
-# ratios below.
-ceiling=$(python3 - "$work/ceiling.jsonl" <<'PY'
-import json, statistics, sys
-runs = [json.loads(l) for l in open(sys.argv[1])]
-print(json.dumps({"per_second": statistics.median(r["per_second"] for r in runs)}))
-PY
-)
 kill -TERM "$serve"; wait "$serve" || true
-batches=$(sqlite3 "$work/plain.db" "SELECT count(*) FROM events WHERE event_id != 'load_dup'")
+stored=$(sqlite3 "$work/plain.db" "SELECT count(*) FROM events")
+ceiling=$(python3 -c 'import json, statistics, sys
+print(statistics.median(json.loads(l)["per_second"] for l in open(sys.argv[1])))' "$work/wrk.jsonl")
 
 # The peer: adnanh/webhook, one hook whose trigger rule is an HMAC-SHA256 of the raw body
 # in GitHub's header (`X-Hub-Signature-256: sha256=<hex>`), signed by the load generator
@@ -109,12 +183,6 @@ scheme = "github"
 secrets = ["$2"]
 TOML
 }
-if ! command -v webhook >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "installing the Debian package webhook for the peer run" >&2
-    { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq webhook \
-      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq webhook; }; } \
-      >/dev/null 2>&1 || true
-fi
 peer="" peer_note="" rss_peer=""
 run_peer() {
     if ! command -v webhook >/dev/null; then
@@ -164,59 +232,72 @@ JSON
 run_peer
 echo "$peer_note" >&2
 
-# hookinbox forwarding: events stored while the target is down, then the target comes up.
+# Forwarding: events stored while the target is paused (so no attempt fails into a retry),
+# then it resumes with the sink up.
 config "$work/fwd.toml" "$work/fwd.db" "[[sources.targets]]
 name = \"sink\"
 url = \"http://127.0.0.1:$bare/sink\"
 concurrency = 32"
-kill "${pids[0]}"; wait "${pids[0]}" 2>/dev/null || true
 "$bin/hookinbox" serve --config "$work/fwd.toml" 2>"$work/fwd.log" & fwd=$!; pids+=("$fwd")
 wait_port "$pub"
-"$bin/hookinbox-loadgen" send --config "$work/plain.toml" --source bench --url "http://127.0.0.1:$pub" \
-    --connections "$conns" --duration "${seconds}s" --body-size 1500 >/dev/null
-stored=$(sqlite3 "$work/fwd.db" "SELECT count(*) FROM events")
-"$bin/hookinbox-loadgen" bare --listen "127.0.0.1:$bare" 2>/dev/null & pids+=($!)
-started=$(date +%s.%N)
-while [ "$(sqlite3 "$work/fwd.db" "SELECT count(*) FROM deliveries WHERE state = 'delivered'")" -lt "$stored" ]; do
+"$bin/hookinbox" pause bench/sink --config "$work/fwd.toml" >/dev/null
+send "http://127.0.0.1:$pub" >/dev/null
+queued=$(sqlite3 "$work/fwd.db" "SELECT count(*) FROM events")
+cpu_before=$(awk '{print $14 + $15}' "/proc/$fwd/stat")
+"$bin/hookinbox" resume bench/sink --config "$work/fwd.toml" >/dev/null
+started=$(date +%s)
+while [ "$(sqlite3 "$work/fwd.db" "SELECT count(*) FROM deliveries WHERE state = 'delivered'")" -lt "$queued" ]; do
     sleep 0.2
-    if [ "$(echo "$(date +%s.%N) - $started > 300" | bc)" = 1 ]; then echo "forwarding did not finish" >&2; break; fi
+    if [ $(($(date +%s) - started)) -gt 300 ]; then echo "forwarding did not finish" >&2; break; fi
 done
+cpu_after=$(awk '{print $14 + $15}' "/proc/$fwd/stat")
 # The span from the first to the last acceptance, as the inbox recorded it.
 forward=$(sqlite3 "$work/fwd.db" "SELECT count(*) / ((julianday(max(updated_at)) - julianday(min(updated_at))) * 86400.0)
                                    FROM deliveries WHERE state = 'delivered'")
+forward_cpu=$(python3 -c "import os, sys; print(f'{(int(sys.argv[2]) - int(sys.argv[1])) / os.sysconf(\"SC_CLK_TCK\") * 1e6 / int(sys.argv[3]):.1f}')" \
+    "$cpu_before" "$cpu_after" "$queued")
 rss_fwd=$(awk '/VmHWM/ {print $2}' "/proc/$fwd/status")
 kill -TERM "$fwd"; wait "$fwd" || true
 
-c=$(field "$ceiling" per_second)
-printf '\n%s rounds of %s s; events/s and p50 are medians, p99 the worst round; a ratio is the\n' "$rounds" "$seconds"
-printf 'median of the rounds'"'"' ratios (each run against the ceiling of its own round), range in brackets;\n'
-printf 'forward and peer run once, against the median ceiling.\n'
-printf '\n| run | events/s | ratio to ceiling | p50 ms | p99 ms |\n|---|---:|---:|---:|---:|\n'
+printf '\n%s rounds of %s s, %s connections; events/s and p50 are medians, p99 the worst round. A ratio\n' "$rounds" "$seconds" "$conns"
+printf 'is the median of the rounds'"'"' ratios, each run against the wrk ceiling of its own round, range in\n'
+printf 'brackets; forward and peer run once, against the median ceiling. CPU is per request, bytes\n'
+printf 'per stored event.\n\n'
+printf '| run | events/s | ratio to wrk | p50 ms | p99 ms | CPU µs | KiB written | per commit |\n'
+printf '|---|---:|---:|---:|---:|---:|---:|---:|\n'
 python3 - "$work" <<'PY'
 import json, statistics, sys
 def load(name):
     return [json.loads(l) for l in open(f"{sys.argv[1]}/{name}.jsonl")]
-ceiling = load("ceiling")
-for name in ("ceiling", "unique", "duplicate"):
+ceiling = load("wrk")
+rows = [("ceiling: wrk -t1, bare hyper", "wrk"), ("ceiling: hookinbox-loadgen, bare hyper", "loadgen"),
+        ("unique, ordered ids", "ordered"), ("unique, random ids", "random"), ("duplicate", "duplicate")]
+for label, name in rows:
     runs = load(name)
     ratios = [r["per_second"] / c["per_second"] for r, c in zip(runs, ceiling)]
-    print(f"| {name} | {statistics.median(r['per_second'] for r in runs):.0f} "
+    med = lambda k: statistics.median(r[k] for r in runs)
+    cpu = f"{med('server_cpu_us'):.1f}" if "server_cpu_us" in runs[0] else (
+        f"{med('cpu_us_per_request'):.1f} (its own)" if "cpu_us_per_request" in runs[0] else "")
+    kib = f"{med('kib_per_event'):.2f}" if name in ("ordered", "random") else ""
+    per = f"{med('per_commit'):.1f}" if name in ("ordered", "random") else ""
+    print(f"| {label} | {med('per_second'):.0f} "
           f"| {statistics.median(ratios):.2f} [{min(ratios):.2f}–{max(ratios):.2f}] "
-          f"| {statistics.median(r['p50_ms'] for r in runs)} | {max(r['p99_ms'] for r in runs)} |")
+          f"| {med('p50_ms'):.2f} | {max(r['p99_ms'] for r in runs):.2f} | {cpu} | {kib} | {per} |")
 PY
-printf '| forward (to a local sink) | %.0f | %.2f | | |\n' "$forward" "$(echo "$forward / $c" | bc -l)"
+printf '| forward to a local sink | %.0f | %.2f | | | %s | | |\n' "$forward" "$(echo "$forward / $ceiling" | bc -l)" "$forward_cpu"
 if [ -n "$peer" ]; then
     r=$(field "$peer" per_second)
-    printf '| %s | %s | %.2f | %s | %s |\n' "$peer_label" "$r" "$(echo "$r / $c" | bc -l)" "$(field "$peer" p50_ms)" "$(field "$peer" p99_ms)"
+    printf '| %s | %s | %.2f | %s | %s | | | |\n' "$peer_label" "$r" "$(echo "$r / $ceiling" | bc -l)" "$(field "$peer" p50_ms)" "$(field "$peer" p99_ms)"
 fi
-printf '\npeak RSS: %s KiB receiving, %s KiB forwarding; %s events stored in the unique runs; %s forwarded\n' \
-    "$rss_recv" "$rss_fwd" "$batches" "$stored"
+printf '\npeak RSS: %s KiB receiving, %s KiB forwarding; %s events stored in the rounds; %s forwarded\n' \
+    "$rss_recv" "$rss_fwd" "$stored" "$queued"
 totals() { # non-2xx/errors summed over a .jsonl file's runs
     python3 -c 'import json, sys; runs = [json.loads(l) for l in open(sys.argv[1])]
 print("/".join(str(sum(r[k] for r in runs)) for k in ("non_2xx", "errors")))' "$1"
 }
-printf 'non-2xx / errors over all rounds: unique %s, duplicate %s\n' \
-    "$(totals "$work/unique.jsonl")" "$(totals "$work/duplicate.jsonl")"
+printf 'non-2xx / errors over all rounds: wrk %s, loadgen %s, ordered %s, random %s, duplicate %s\n' \
+    "$(totals "$work/wrk.jsonl")" "$(totals "$work/loadgen.jsonl")" "$(totals "$work/ordered.jsonl")" \
+    "$(totals "$work/random.jsonl")" "$(totals "$work/duplicate.jsonl")"
 if [ -n "$peer" ]; then
     printf 'peer: non-2xx / errors %s/%s, peak RSS %s KiB (webhook alone, not its /bin/true children); %s\n' \
         "$(field "$peer" non_2xx)" "$(field "$peer" errors)" "$rss_peer" "$peer_note"

@@ -4,8 +4,8 @@
 //!
 //! ```text
 //! hookinbox-loadgen send --config FILE --source NAME --url http://127.0.0.1:8080 \
-//!     [--connections 32] [--duration 6s] [--rate N] [--body-size 1500] [--duplicates] \
-//!     [--log FILE]
+//!     [--connections 32] [--threads 1] [--duration 6s] [--rate N] [--body-size 1500] \
+//!     [--ids ordered|random|duplicate] [--log FILE]
 //! hookinbox-loadgen bare --listen 127.0.0.1:8090 [--log FILE]   # reads each body, answers 200
 //! hookinbox-loadgen check --db inbox.db --source NAME --log FILE… [--receipts FILE…]
 //! hookinbox-loadgen attack --config FILE --source NAME --addr 127.0.0.1:8080 \
@@ -16,12 +16,13 @@
 //! and names the events if anything acknowledged is lost or altered, anything unsent is
 //! stored, or (with receipts, once every delivery finished) a delivery went wrong.
 
+mod send;
+
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use bytes::Bytes;
@@ -64,6 +65,9 @@ enum Mode {
         /// Keep-alive connections, each sending one request at a time
         #[arg(long, default_value_t = 32)]
         connections: usize,
+        /// Threads sending, each with its share of the connections (as wrk's -t)
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
         /// How long to send
         #[arg(long, default_value = "6s", value_parser = humantime::parse_duration)]
         duration: Duration,
@@ -73,13 +77,12 @@ enum Mode {
         /// Body size in bytes (JSON, padded)
         #[arg(long, default_value_t = 1500)]
         body_size: usize,
-        /// Send one event over and over (duplicates) instead of unique ones. Unique ids are
-        /// load_<run>_<connection>_<n>: <run> is new on every invocation, so a second run on
-        /// the same inbox stores new events, and the numbers are zero-padded, so that a
-        /// connection's ids sort in the order they were sent
-        #[arg(long)]
-        duplicates: bool,
-        /// Write one line per request: id, status, sha256 of the body (JSON lines)
+        /// Which event ids to send. Ordered ids are load_<run>_<connection>_<n>: <run> is
+        /// new on every invocation, so a second run on the same inbox stores new events
+        #[arg(long, value_enum, default_value = "ordered")]
+        ids: send::Ids,
+        /// Write one line per request once the run is over: id, status, sha256 of the body
+        /// (JSON lines)
         #[arg(long)]
         log: Option<PathBuf>,
     },
@@ -170,22 +173,34 @@ fn main() -> anyhow::Result<()> {
             source,
             url,
             connections,
+            threads,
             duration,
             rate,
             body_size,
-            duplicates,
+            ids,
             log,
         } => {
             let scheme = scheme_of(&config, &source)?;
-            let plan = Plan {
-                url: format!("{}/hooks/{source}", url.trim_end_matches('/')),
+            let authority = url
+                .trim_end_matches('/')
+                .strip_prefix("http://")
+                .context("--url must be http://host:port (the sender speaks plain HTTP/1.1)")?;
+            let addr = std::net::ToSocketAddrs::to_socket_addrs(authority)
+                .with_context(|| format!("resolving {authority}"))?
+                .next()
+                .with_context(|| format!("{authority} resolves to no address"))?;
+            let plan = send::Plan {
+                addr,
+                host: authority.to_owned(),
+                path: format!("/hooks/{source}"),
                 connections,
+                threads,
                 duration,
                 rate,
                 body_size,
-                duplicates,
+                ids,
             };
-            runtime.block_on(send(Arc::new(scheme), plan, log))
+            send::run(scheme, plan, log)
         }
     }
 }
@@ -304,133 +319,6 @@ async fn bare(listen: SocketAddr, log: Option<PathBuf>) -> anyhow::Result<()> {
                 .await;
         });
     }
-}
-
-struct Plan {
-    url: String,
-    connections: usize,
-    duration: Duration,
-    rate: u64,
-    body_size: usize,
-    duplicates: bool,
-}
-
-#[derive(Default)]
-struct Tally {
-    latencies_us: Mutex<Vec<u64>>,
-    ok: AtomicU64,
-    non_2xx: AtomicU64,
-    errors: AtomicU64,
-}
-
-async fn send(
-    scheme: Arc<hookinbox::scheme::Scheme>,
-    plan: Plan,
-    log: Option<PathBuf>,
-) -> anyhow::Result<()> {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let tally = Arc::new(Tally::default());
-    let log = open_log(log)?;
-    let plan = Arc::new(plan);
-    // Microseconds since the epoch: different for every run, and readable in the ids.
-    let run = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros());
-    let started = Instant::now();
-    let deadline = started + plan.duration;
-    let mut tasks = Vec::new();
-    for c in 0..plan.connections {
-        let (scheme, plan, tally, log) = (scheme.clone(), plan.clone(), tally.clone(), log.clone());
-        tasks.push(tokio::spawn(async move {
-            // One client per task: one keep-alive connection, like one provider sender.
-            let client = reqwest::Client::builder()
-                .no_proxy()
-                .pool_max_idle_per_host(1)
-                .build()
-                .expect("client");
-            let pause = (plan.rate > 0)
-                .then(|| Duration::from_secs_f64(plan.connections as f64 / plan.rate as f64));
-            let padding = "x".repeat(plan.body_size);
-            let mut n = 0u64;
-            while Instant::now() < deadline {
-                // Zero-padded, so that a connection's ids sort in the order they were sent.
-                let id = if plan.duplicates {
-                    "load_dup".to_owned()
-                } else {
-                    format!("load_{run}_{c:04}_{n:010}")
-                };
-                n += 1;
-                // The body below without its id and padding.
-                const SHELL: usize = r#"{"id":"","event_id":"","type":"load.test","pad":""}"#.len();
-                let pad = &padding[..plan.body_size.saturating_sub(SHELL + 2 * id.len())];
-                let body = format!(
-                    r#"{{"id":"{id}","event_id":"{id}","type":"load.test","pad":"{pad}"}}"#
-                );
-                let headers = scheme
-                    .sign_post(body.as_bytes(), &id, hookinbox::clock::unix_now())
-                    .headers;
-                let mut req = client.post(&plan.url).body(body.clone());
-                for (k, v) in &headers {
-                    req = req.header(k, v);
-                }
-                let sent = Instant::now();
-                let status = match req.send().await {
-                    Ok(resp) => {
-                        let status = resp.status().as_u16();
-                        let _ = resp.bytes().await;
-                        Some(status)
-                    }
-                    Err(_) => None,
-                };
-                let us = u64::try_from(sent.elapsed().as_micros()).unwrap_or(u64::MAX);
-                match status {
-                    Some(200..=299) => {
-                        tally.ok.fetch_add(1, Ordering::Relaxed);
-                        tally.latencies_us.lock().unwrap().push(us);
-                    }
-                    Some(_) => {
-                        tally.non_2xx.fetch_add(1, Ordering::Relaxed);
-                    }
-                    None => {
-                        tally.errors.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                if log.is_some() {
-                    let sent = hookinbox::oracle::Sent::new(id, body.as_bytes(), status);
-                    // Flushed per line only when it matters: a crash test kills the server,
-                    // not the load generator.
-                    log_line(&log, &sent, false);
-                }
-                if let Some(p) = pause {
-                    tokio::time::sleep(p.saturating_sub(sent.elapsed())).await;
-                }
-            }
-        }));
-    }
-    for t in tasks {
-        t.await?;
-    }
-    if let Some(log) = &log {
-        log.lock().unwrap().flush()?;
-    }
-    let elapsed = started.elapsed().as_secs_f64();
-    let mut lat = std::mem::take(&mut *tally.latencies_us.lock().unwrap());
-    lat.sort_unstable();
-    let pct = |p: f64| {
-        lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1)))
-            .copied()
-            .unwrap_or(0)
-    };
-    let ok = tally.ok.load(Ordering::Relaxed);
-    println!(
-        "{{\"acked\":{ok},\"non_2xx\":{},\"errors\":{},\"seconds\":{elapsed:.2},\"per_second\":{:.0},\"p50_ms\":{:.2},\"p99_ms\":{:.2}}}",
-        tally.non_2xx.load(Ordering::Relaxed),
-        tally.errors.load(Ordering::Relaxed),
-        ok as f64 / elapsed,
-        pct(0.50) as f64 / 1000.0,
-        pct(0.99) as f64 / 1000.0,
-    );
-    Ok(())
 }
 
 /// The attackers of `kind`, held for `duration`, and a signed probe every half second.
