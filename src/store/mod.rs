@@ -152,12 +152,33 @@ fn connect(path: &Path, sync: Synchronous, create: bool) -> Result<Connection, E
         Synchronous::Full => "FULL",
         Synchronous::Normal => "NORMAL",
     };
+    // temp_store = MEMORY keeps the savepoint journal in memory: the writer runs each job
+    // in a savepoint, which copies every page the job changes there first, and past 64 KiB
+    // SQLite spills that journal to a temporary file (measured: a pwrite per page per job,
+    // about a third as many as the WAL's). It is never synced and is thrown away at the
+    // commit; in memory it is a copy, not a system call.
     conn.execute_batch(&format!(
         "PRAGMA synchronous = {sync};
          PRAGMA foreign_keys = ON;
+         PRAGMA temp_store = MEMORY;
          PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT};"
     ))?;
+    stable_plans(&conn)?;
     Ok(conn)
+}
+
+/// Turns on SQLite's query planner stability guarantee: a statement's plan no longer
+/// depends on the values bound to it. Without it SQLite marks a parameter whose value it
+/// compared while planning (against a partial index's condition, among others) and
+/// prepares the statement again whenever a new value is bound: a cached statement is then
+/// compiled on every execution. Measured while forwarding: 8% of the CPU went to preparing
+/// the claim again. hookinbox never runs ANALYZE, so no plan loses anything.
+pub fn stable_plans(conn: &Connection) -> rusqlite::Result<()> {
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+        true,
+    )?;
+    Ok(())
 }
 
 fn migrate(conn: &Connection) -> Result<(), Error> {

@@ -45,6 +45,7 @@ pub fn open(path: &Path) -> rusqlite::Result<Connection> {
     // Every commit of the writer empties a reader's page cache, so without a mapping each
     // query copies its pages in again with pread; mapped, they are read in place.
     conn.pragma_update(None, "mmap_size", super::MMAP_SIZE)?;
+    super::stable_plans(&conn)?;
     Ok(conn)
 }
 
