@@ -29,7 +29,7 @@ use crate::config::{Rate, Source, Target, TargetKind};
 use crate::metrics::{AttemptLabels, Metrics, TargetLabels};
 use crate::store::Store;
 use crate::store::pause::Paused;
-use crate::store::queue::{ClaimRequest, Claimed, Claims, EventData, Finished, Next};
+use crate::store::queue::{ClaimRequest, Claimed, EventData, Finished, Next, Turn};
 use pace::Pace;
 
 /// How long a target's task sleeps at most before looking for due work again, when nothing
@@ -454,9 +454,10 @@ async fn sweeper(
     }
 }
 
-/// One target's loop: claim what is due (up to the free concurrency, and what its rate
-/// allows now), start an attempt task per claim, sleep until something is due, the rate
-/// allows more, a new event is committed or an attempt ends.
+/// One target's loop: record the results of attempts that ended and claim what is due
+/// (up to the free concurrency, and what its rate allows now) in one write, start an
+/// attempt task per claim, sleep until something is due, the rate allows more, a new event
+/// is committed or an attempt ends.
 async fn run_target(
     t: Arc<TargetRun>,
     shared: Shared,
@@ -464,70 +465,89 @@ async fn run_target(
     mut stop: watch::Receiver<Option<Duration>>,
     beat: Arc<AtomicU64>,
 ) {
-    let mut inflight = JoinSet::new();
-    let mut last_claim = Instant::now();
+    let mut inflight: JoinSet<Option<Done>> = JoinSet::new();
+    // Attempts that ended, waiting to be recorded with the next turn.
+    let mut done: Vec<Done> = Vec::new();
+    let mut last_turn = Instant::now();
     // The pause last seen, to log when it begins and ends. A paused target's loop keeps
     // turning (nothing is due, so it sleeps the idle poll or until a commit wakes it): that
     // is how it notices a resume written by another process, within a second.
     let mut paused: Option<Paused> = None;
     let mut pace = t.rate.as_ref().map(|r| Pace::new(r, Instant::now()));
+    // When the next claimable delivery is due, as last seen; and whether something may
+    // have changed since (a commit, the idle poll), so that it is worth reading again.
+    let mut due: Option<SystemTime> = None;
+    let mut look_again = true;
     while stop.borrow().is_none() {
         beat.store(unix_millis(), Ordering::Relaxed);
-        while inflight.try_join_next().is_some() {}
+        while let Some(ended) = inflight.try_join_next() {
+            done.extend(ended.ok().flatten());
+        }
         let free = t.concurrency.saturating_sub(inflight.len());
         let mut wait = IDLE_POLL;
-        // Claim in batches: every claim is a commit, so under load wait until half the slots
-        // are free (attempts ending wake the loop), or a short while since the last claim
-        // (slow attempts must not keep free slots idle); when idle, claim at once.
+        // Work in batches: every turn is a commit, so under load wait until half the slots
+        // are free (attempts ending wake the loop), or a short while since the last turn
+        // (slow attempts must not keep free slots idle, nor results unrecorded); when idle,
+        // at once.
         let batch_ready = inflight.is_empty()
             || free * 2 >= t.concurrency
-            || last_claim.elapsed() >= CLAIM_BATCH_WAIT;
-        if free > 0 && batch_ready {
-            last_claim = Instant::now();
-            let mut due = match look(&shared.store, &t).await {
-                Some(look) => {
-                    note_pause(&t, &mut paused, look.paused);
-                    look.due
-                }
-                None => None,
-            };
+            || last_turn.elapsed() >= CLAIM_BATCH_WAIT;
+        if batch_ready && (free > 0 || !done.is_empty()) {
             // With a rate, only what may start now is claimed: a claimed delivery's lease
             // runs from the claim, so it must not wait for the rate in flight.
             let allowed = pace
                 .as_ref()
                 .map_or(free, |p| p.available(Instant::now()).min(free));
+            // Nothing to record: a read tells whether a claim (a write) is worth it.
+            if look_again && done.is_empty() && free > 0 {
+                if let Some(look) = look(&shared.store, &t).await {
+                    note_pause(&t, &mut paused, look.paused);
+                    due = look.due;
+                }
+                look_again = false;
+            }
             let due_now = due.is_some_and(|at| at <= SystemTime::now());
-            if due_now && allowed == 0 {
+            // Writing the results anyway, a claim rides along whenever a slot is free: one
+            // that finds nothing says when to look next.
+            let claim = (allowed > 0 && (due_now || !done.is_empty())).then(|| ClaimRequest {
+                source: t.source.clone(),
+                target: t.name.clone(),
+                limit: allowed,
+                lease: t.lease,
+                max_attempts: t.max_attempts(),
+                ordered: t.ordered,
+                rate: t.rate,
+            });
+            if due_now && allowed == 0 && free > 0 {
                 // Due, but the rate allows none yet: sleep until it allows one.
-                due = None;
                 wait = pace
                     .as_ref()
                     .map_or(IDLE_POLL, |p| p.wait(Instant::now()))
                     .min(IDLE_POLL);
-            } else if due_now {
-                let request = ClaimRequest {
-                    source: t.source.clone(),
-                    target: t.name.clone(),
-                    limit: allowed,
-                    lease: t.lease,
-                    max_attempts: t.max_attempts(),
-                    ordered: t.ordered,
-                    rate: t.rate,
-                };
-                match shared.store.claim(request).await {
-                    // Claimed, then forgotten as a crash would: the leases bring them back.
-                    Ok(_) if crate::failpoint::error("deliver.after_claim") => due = None,
-                    Ok(Claims {
-                        claimed: claims,
+            }
+            if claim.is_some() || !done.is_empty() {
+                last_turn = Instant::now();
+                let asked = claim.as_ref().map_or(0, |c| c.limit);
+                match turn(&t, &shared, std::mem::take(&mut done), claim).await {
+                    Some(Taken { claims, look, .. })
+                        if crate::failpoint::error("deliver.after_claim") =>
+                    {
+                        // Claimed, then forgotten as a crash would: the leases bring them back.
+                        drop(claims);
+                        if let Some((_, next)) = look {
+                            due = next;
+                        }
+                    }
+                    Some(Taken {
+                        claims,
+                        mut events,
                         rate_wait,
+                        look,
                     }) => {
                         if let Some(p) = &mut pace {
                             p.take(claims.len(), Instant::now());
                         }
-                        let all = claims.len() == allowed;
-                        // One read for the whole claim, not one per attempt.
-                        let ids: Vec<i64> = claims.iter().map(|c| c.event).collect();
-                        let mut events = shared.store.events(ids).await;
+                        let all = asked > 0 && claims.len() == asked;
                         for c in claims {
                             let event = match &mut events {
                                 Ok(found) => Ok(found.remove(&c.event)),
@@ -535,9 +555,14 @@ async fn run_target(
                             };
                             inflight.spawn(attempt(t.clone(), c, event, shared.clone()));
                         }
+                        if let Some((p, next)) = look {
+                            note_pause(&t, &mut paused, p);
+                            due = next;
+                        }
                         if all {
                             // There may be more due: look again at once (if the rate
                             // stopped this claim, the next turn sleeps until it allows more).
+                            due = Some(SystemTime::now());
                             continue;
                         }
                         if let Some(rate_wait) = rate_wait {
@@ -545,12 +570,9 @@ async fn run_target(
                             // one more (or an attempt ends).
                             due = None;
                             wait = rate_wait.min(IDLE_POLL);
-                        } else {
-                            due = look(&shared.store, &t).await.and_then(|l| l.due);
                         }
                     }
-                    Err(e) => {
-                        tracing::warn!(source = %t.source, target = %t.name, error = %e, "claiming deliveries failed");
+                    None => {
                         due = None;
                         wait = CLAIM_BACKOFF;
                     }
@@ -561,14 +583,20 @@ async fn run_target(
             if let Some(at) = due
                 && let Ok(until) = at.duration_since(SystemTime::now())
             {
-                wait = until.min(IDLE_POLL);
+                wait = wait.min(until);
             }
+        }
+        if !done.is_empty() {
+            // Results wait for the batch at most a short while.
+            wait = wait.min(CLAIM_BATCH_WAIT.saturating_sub(last_turn.elapsed()));
         }
         tokio::select! {
             // The writer lives as long as this loop's handle to it: never an error.
-            _ = commits.changed() => {}
-            Some(_) = inflight.join_next(), if !inflight.is_empty() => {}
-            () = tokio::time::sleep(wait) => {}
+            _ = commits.changed() => look_again = true,
+            Some(ended) = inflight.join_next(), if !inflight.is_empty() => {
+                done.extend(ended.ok().flatten());
+            }
+            () = tokio::time::sleep(wait) => look_again = true,
             changed = stop.changed() => if changed.is_err() { break },
         }
     }
@@ -579,8 +607,14 @@ async fn run_target(
     let started = tokio::time::Instant::now();
     let mut drain = stop.borrow().unwrap_or(DRAIN_TIMEOUT);
     loop {
+        if !done.is_empty() {
+            turn(&t, &shared, std::mem::take(&mut done), None).await;
+        }
         tokio::select! {
-            done = inflight.join_next() => if done.is_none() { return },
+            ended = inflight.join_next() => match ended {
+                None => return,
+                Some(ended) => done.extend(ended.ok().flatten()),
+            },
             () = tokio::time::sleep_until(started + drain) => break,
             changed = stop.changed() => match changed {
                 Ok(()) => drain = drain.min(stop.borrow().unwrap_or(DRAIN_TIMEOUT) + started.elapsed()),
@@ -591,6 +625,97 @@ async fn run_target(
     tracing::warn!(source = %t.source, target = %t.name, abandoned = inflight.len(),
         "attempts still running after {drain:?}; they will be retried after their lease");
     inflight.abort_all();
+}
+
+/// What a turn claimed, ready to start.
+struct Taken {
+    claims: Vec<Claimed>,
+    events: Result<std::collections::HashMap<i64, EventData>, String>,
+    /// Replicas sharing a rate: how long until one more may start.
+    rate_wait: Option<Duration>,
+    /// When the claim took fewer than asked: the pause (if any) and when the next
+    /// delivery is due.
+    look: Option<(Option<Paused>, Option<SystemTime>)>,
+}
+
+/// Records `done` and claims (one write, [`crate::store::queue::Turn`]); None when that
+/// write failed (logged). Then the results are recorded one by one, so that one result the
+/// inbox refuses cannot keep the others from being recorded.
+async fn turn(
+    t: &TargetRun,
+    shared: &Shared,
+    done: Vec<Done>,
+    claim: Option<ClaimRequest>,
+) -> Option<Taken> {
+    let results = done.iter().map(|d| d.finished.clone()).collect();
+    let settled = match shared.store.settle(Turn { results, claim }).await {
+        Ok(settled) => settled,
+        Err(e) => {
+            tracing::warn!(source = %t.source, target = %t.name, error = %e,
+                results = done.len(), "recording attempts and claiming failed; recording each on its own");
+            for d in done {
+                let recorded = shared.store.finish(d.finished.clone()).await;
+                recorded_metrics(t, shared, &d, recorded);
+            }
+            return None;
+        }
+    };
+    for (d, recorded) in done.iter().zip(settled.recorded) {
+        recorded_metrics(t, shared, d, recorded);
+    }
+    Some(Taken {
+        claims: settled.claims.claimed,
+        events: settled.events,
+        rate_wait: settled.claims.rate_wait,
+        look: settled.look.map(|(paused, due)| {
+            (
+                paused,
+                due.and_then(|text| humantime::parse_rfc3339(&text).ok()),
+            )
+        }),
+    })
+}
+
+/// The metrics that depend on how an attempt was recorded, and the log line when it was
+/// not (its lease then brings the delivery back under the same key).
+fn recorded_metrics(
+    t: &TargetRun,
+    shared: &Shared,
+    d: &Done,
+    recorded: Result<crate::store::queue::Recorded, crate::store::writer::WriteError>,
+) {
+    let labels = TargetLabels {
+        source: t.source.clone(),
+        target: t.name.clone(),
+    };
+    match recorded {
+        Ok(recorded) => {
+            if recorded.resolved_ambiguity {
+                shared
+                    .metrics
+                    .ambiguous_resolved
+                    .get_or_create(&labels)
+                    .inc();
+            }
+            if d.finished.next == Next::Delivered
+                && recorded.applied
+                && let Some(received) = d
+                    .received_at
+                    .as_deref()
+                    .and_then(|t| humantime::parse_rfc3339(t).ok())
+            {
+                let lag = SystemTime::now()
+                    .duration_since(received)
+                    .unwrap_or_default();
+                shared
+                    .metrics
+                    .delivery_lag_seconds
+                    .observe(lag.as_secs_f64());
+            }
+        }
+        Err(e) => tracing::warn!(source = %t.source, target = %t.name, event_id = d.event_id,
+            error = %e, "recording the attempt failed; the delivery will be retried after its lease"),
+    }
 }
 
 /// What a target's loop reads before it claims.
@@ -631,13 +756,22 @@ fn note_pause(t: &TargetRun, last: &mut Option<Paused>, now: Option<Paused>) {
     *last = now;
 }
 
-/// One attempt: send the event, decide what is next, record it.
+/// An attempt that ended, waiting for its loop to record it with the next turn.
+struct Done {
+    finished: Finished,
+    /// When its event was received, for the delivery-lag metric once it is recorded.
+    received_at: Option<String>,
+    event_id: String,
+}
+
+/// One attempt: send the event and decide what is next; its loop records it. None when
+/// the result is lost before that (a failpoint standing for a crash).
 async fn attempt(
     t: Arc<TargetRun>,
     c: Claimed,
     event: Result<Option<EventData>, String>,
     shared: Shared,
-) {
+) -> Option<Done> {
     let started_at = clock::iso_now();
     let started = Instant::now();
     let mut received_at = None;
@@ -664,7 +798,7 @@ async fn attempt(
     };
     if crate::failpoint::error("deliver.after_send") {
         // The target's answer is lost before it is recorded; the lease brings it back.
-        return;
+        return None;
     }
     let next = decide(&t, c.in_schedule(), &result);
     let duration_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
@@ -692,58 +826,32 @@ async fn attempt(
             status = result.status, duration_ms, error, "delivery is dead; replay it once the target is fixed")
         }
     }
-    let finished = Finished {
-        delivery: c.delivery,
-        attempt: c.attempt,
-        schedule_base: c.schedule_base,
-        started_at,
-        duration_ms,
-        next,
-        status: result.status,
-        error: result.error,
-        output: result.output,
-        ambiguous: result.ambiguous,
-    };
-    let labels = TargetLabels {
-        source: t.source.clone(),
-        target: t.name.clone(),
-    };
-    if finished.ambiguous {
+    if result.ambiguous {
         shared
             .metrics
             .ambiguous_attempts
-            .get_or_create(&labels)
+            .get_or_create(&TargetLabels {
+                source: t.source.clone(),
+                target: t.name.clone(),
+            })
             .inc();
     }
-    let delivered = finished.next == Next::Delivered;
-    match shared.store.finish(finished).await {
-        Ok(recorded) => {
-            if recorded.resolved_ambiguity {
-                shared
-                    .metrics
-                    .ambiguous_resolved
-                    .get_or_create(&labels)
-                    .inc();
-            }
-            if delivered
-                && recorded.applied
-                && let Some(received) = received_at
-                    .as_deref()
-                    .and_then(|t| humantime::parse_rfc3339(t).ok())
-            {
-                let lag = SystemTime::now()
-                    .duration_since(received)
-                    .unwrap_or_default();
-                shared
-                    .metrics
-                    .delivery_lag_seconds
-                    .observe(lag.as_secs_f64());
-            }
-        }
-        // The lease will expire and the delivery will be tried again under the same key.
-        Err(e) => tracing::warn!(source = %t.source, target = %t.name, event_id, error = %e,
-            "recording the attempt failed; the delivery will be retried after its lease"),
-    }
+    Some(Done {
+        finished: Finished {
+            delivery: c.delivery,
+            attempt: c.attempt,
+            schedule_base: c.schedule_base,
+            started_at,
+            duration_ms,
+            next,
+            status: result.status,
+            error: result.error,
+            output: result.output,
+            ambiguous: result.ambiguous,
+        },
+        received_at,
+        event_id,
+    })
 }
 
 async fn send(t: &TargetRun, c: &Claimed, event: &EventData) -> Result_ {

@@ -13,7 +13,7 @@ use super::commits::Commits;
 use super::gaps::{self, Beat, Gap};
 use super::ingest::{NewEvent, Stored};
 use super::pause::{self, Paused};
-use super::queue::{self, ClaimRequest, Claims, EventData, Finished, Recorded};
+use super::queue::{self, EventData, Finished, Recorded, Settled, Turn};
 use super::read;
 use super::sql::{self, Db};
 use super::writer::{Health, WriteError, Writer};
@@ -45,22 +45,49 @@ impl Store {
         }
     }
 
-    /// Claims due deliveries of one target.
-    pub async fn claim(&self, request: ClaimRequest) -> Result<Claims, WriteError> {
-        match self {
-            Store::Sqlite { writer, .. } => Ok(Claims {
-                claimed: writer.claim(request).await?,
-                rate_wait: None,
-            }),
-            Store::Postgres(pg) => pg.claim(request).await,
-        }
-    }
-
-    /// Records an attempt and the delivery's next state.
+    /// Records an attempt and the delivery's next state (a turn's results one by one,
+    /// after the turn's write failed).
     pub async fn finish(&self, finished: Finished) -> Result<Recorded, WriteError> {
         match self {
             Store::Sqlite { writer, .. } => writer.finish(finished).await,
             Store::Postgres(pg) => pg.finish(finished).await,
+        }
+    }
+
+    /// A target loop's turn ([`Turn`]): its attempts' results, then a claim. On SQLite one
+    /// writer job; on PostgreSQL the results go through the queue batcher (pipelined), then
+    /// the claim, then one read of the claimed events.
+    pub async fn settle(&self, turn: Turn) -> Result<Settled, WriteError> {
+        match self {
+            Store::Sqlite { writer, .. } => {
+                writer
+                    .job(move |conn, now| queue::settle(conn, &turn, now))
+                    .await
+            }
+            Store::Postgres(pg) => {
+                let Turn { results, claim } = turn;
+                let mut settled = Settled {
+                    recorded: futures_util::future::join_all(
+                        results.into_iter().map(|f| pg.finish(f)),
+                    )
+                    .await,
+                    ..Settled::default()
+                };
+                if let Some(request) = claim {
+                    let (source, target, limit) = (
+                        request.source.clone(),
+                        request.target.clone(),
+                        request.limit,
+                    );
+                    settled.claims = pg.claim(request).await?;
+                    let ids: Vec<i64> = settled.claims.claimed.iter().map(|c| c.event).collect();
+                    settled.events = pg.events(&ids).await;
+                    if settled.claims.claimed.len() < limit {
+                        settled.look = pg.look(&source, &target).await.ok();
+                    }
+                }
+                Ok(settled)
+            }
         }
     }
 

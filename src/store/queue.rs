@@ -335,29 +335,104 @@ pub fn events(
     if ids.is_empty() {
         return Ok(Default::default());
     }
-    let marks = vec!["?"; ids.len()].join(", ");
-    let sql = format!(
+    // The ids as one JSON array: one statement for any number of them, prepared once.
+    let list = serde_json::to_string(ids).expect("integers always serialise");
+    conn.prepare_cached(
         "SELECT e.id, e.source, e.event_id, p.body, p.headers, e.event_type, e.received_at,
                 e.remote_addr, e.origin
-           FROM events e LEFT JOIN payloads p ON p.event = e.id WHERE e.id IN ({marks})"
-    );
-    conn.prepare(&sql)?
-        .query_map(rusqlite::params_from_iter(ids), |r| {
-            Ok((
-                r.get(0)?,
-                EventData {
-                    source: r.get(1)?,
-                    event_id: r.get(2)?,
-                    body: r.get_ref(3)?.as_bytes_or_null()?.map(<[u8]>::to_vec),
-                    headers: r.get(4)?,
-                    event_type: r.get(5)?,
-                    received_at: r.get(6)?,
-                    remote_addr: r.get(7)?,
-                    origin: r.get(8)?,
-                },
-            ))
-        })?
-        .collect()
+           FROM events e LEFT JOIN payloads p ON p.event = e.id
+          WHERE e.id IN (SELECT value FROM json_each(?1))",
+    )?
+    .query_map([list], |r| {
+        Ok((
+            r.get(0)?,
+            EventData {
+                source: r.get(1)?,
+                event_id: r.get(2)?,
+                body: r.get_ref(3)?.as_bytes_or_null()?.map(<[u8]>::to_vec),
+                headers: r.get(4)?,
+                event_type: r.get(5)?,
+                received_at: r.get(6)?,
+                remote_addr: r.get(7)?,
+                origin: r.get(8)?,
+            },
+        ))
+    })?
+    .collect()
+}
+
+/// One turn of a target's loop, as one write: the results of the attempts that ended,
+/// then a claim for the slots that are free. Recording a batch of results and claiming the
+/// next deliveries in one transaction, rather than a transaction per result and one per
+/// claim, is what lets one target forward thousands of events a second
+/// (BENCHMARKS.md, "Forwarding").
+#[derive(Debug, Default)]
+pub struct Turn {
+    pub results: Vec<Finished>,
+    /// None when no slot is free (or the rate allows none): results only.
+    pub claim: Option<ClaimRequest>,
+}
+
+/// What a [`Turn`] did.
+#[derive(Debug)]
+pub struct Settled {
+    /// One per result, in order: how it was recorded, or why it was not (the lease then
+    /// brings the delivery back).
+    pub recorded: Vec<Result<Recorded, super::writer::WriteError>>,
+    pub claims: Claims,
+    /// The claimed deliveries' events, by row id, or why they could not be read (each
+    /// attempt then fails with it and is retried).
+    pub events: Result<std::collections::HashMap<i64, EventData>, String>,
+    /// When the claim took fewer than it asked for: whether the target is paused, and when
+    /// its next claimable delivery is due (inbox text), for the loop to sleep until then.
+    pub look: Option<(Option<super::pause::Paused>, Option<String>)>,
+}
+
+impl Default for Settled {
+    fn default() -> Settled {
+        Settled {
+            recorded: Vec::new(),
+            claims: Claims::default(),
+            events: Ok(Default::default()),
+            look: None,
+        }
+    }
+}
+
+/// Runs a [`Turn`] inside the writer's transaction: each result, then the claim, the
+/// claimed events, and (when it took fewer than asked) what the loop must know to sleep.
+pub fn settle(conn: &Connection, turn: &Turn, now: &str) -> rusqlite::Result<Settled> {
+    let mut settled = Settled::default();
+    for f in &turn.results {
+        settled.recorded.push(Ok(finish(conn, f, now)?));
+    }
+    let Some(req) = &turn.claim else {
+        return Ok(settled);
+    };
+    let claimed = claim(conn, req, now)?;
+    let ids: Vec<i64> = claimed.iter().map(|c| c.event).collect();
+    settled.events = Ok(events(conn, &ids)?);
+    if claimed.len() < req.limit {
+        let paused = conn
+            .prepare_cached(
+                "SELECT paused_at, paused_by FROM paused_targets WHERE source = ?1 AND target = ?2",
+            )?
+            .query_row(params![req.source, req.target], |r| {
+                Ok(super::pause::Paused {
+                    source: req.source.clone(),
+                    target: req.target.clone(),
+                    paused_at: r.get(0)?,
+                    paused_by: r.get(1)?,
+                })
+            })
+            .optional()?;
+        settled.look = Some((paused, next_due(conn, &req.source, &req.target)?));
+    }
+    settled.claims = Claims {
+        claimed,
+        rate_wait: None,
+    };
+    Ok(settled)
 }
 
 /// Why a delivery of a target that left the configuration is dead.

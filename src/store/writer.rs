@@ -26,7 +26,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::commits::Commits;
 use super::ingest::{self, NewEvent, Stored};
-use super::queue::{self, ClaimRequest, Claimed, Finished, Recorded};
+use super::queue::{self, Finished, Recorded};
 use crate::clock;
 use crate::config::Synchronous;
 use crate::metrics::Metrics;
@@ -196,14 +196,6 @@ impl Writer {
     /// Where commits of new events are announced, per source.
     pub fn commits(&self) -> &Commits {
         &self.commits
-    }
-
-    /// Claims due deliveries for one target (see [`queue::claim`]).
-    pub async fn claim(&self, request: ClaimRequest) -> Result<Vec<Claimed>, WriteError> {
-        self.submit(false, true, move |conn, now| {
-            queue::claim(conn, &request, now)
-        })
-        .await
     }
 
     /// Records one attempt and the delivery's next state (see [`queue::finish`]).
