@@ -13,6 +13,7 @@
 pub mod answer;
 pub mod fetch;
 pub mod listener;
+pub mod recent;
 pub mod tls;
 
 use std::collections::HashMap;
@@ -149,6 +150,8 @@ pub struct Receiver {
     max_body: u64,
     body_timeout: Duration,
     budget: Arc<BodyBudget>,
+    /// Identities committed in the last minute, for answering retries without the writer.
+    recent: recent::Recent,
 }
 
 impl Receiver {
@@ -181,6 +184,7 @@ impl Receiver {
             max_body: server.max_body,
             body_timeout: server.body_timeout,
             budget,
+            recent: recent::Recent::default(),
         }
     }
 
@@ -433,7 +437,21 @@ impl Receiver {
             Origin::Webhook,
         );
         event.memory = room;
-        let outcome = match self.store.ingest(event).await {
+        // A retry of an event committed in the last minute, with the same bytes: answered
+        // from memory (see `recent`); anything else goes to the store.
+        let seen = recent::key(&source.name, &source.account, &event_id);
+        let digest = recent::digest(&event.sha256_hex);
+        let ttl = source.config.keep_identity / 2;
+        if let Some(d) = &digest
+            && self.recent.is_duplicate(&seen, d, ttl, Instant::now())
+        {
+            return (Outcome::Duplicate(reply), Some(event_id));
+        }
+        let stored = self.store.ingest(event).await;
+        if let (Ok(Stored::New | Stored::Duplicate), Some(d)) = (&stored, digest) {
+            self.recent.confirmed(seen, d, Instant::now());
+        }
+        let outcome = match stored {
             Ok(Stored::New) => {
                 // The commit has just returned: this is the durable receipt, to the clock's
                 // precision. The signed time is whole unix seconds (what most providers sign,
