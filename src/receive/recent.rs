@@ -22,9 +22,10 @@ use std::time::{Duration, Instant};
 /// How long an identity is answered from memory after its commit was confirmed.
 pub const TTL: Duration = Duration::from_secs(60);
 
-/// The most identities remembered: about 4 MiB. At a higher rate of new events than this
-/// per [`TTL`], the oldest are forgotten early, which only sends their retries to the store.
-pub const CAPACITY: usize = 65_536;
+/// The most identities remembered: about 2 MiB, a minute's worth at 270 new events a
+/// second. Beyond that rate the oldest are forgotten early, which only sends their retries
+/// to the store (under such load, retries come within seconds).
+pub const CAPACITY: usize = 16_384;
 
 /// An identity: the first 16 bytes of the SHA-256 of its length-prefixed parts.
 pub type Key = [u8; 16];

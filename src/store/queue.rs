@@ -29,10 +29,19 @@ const CLAIMABLE: &str = "(d.order_key IS NULL OR NOT EXISTS (
 
 /// The target (`?1`, `?2` in the statements using it) is not paused. Part of the claim's
 /// own statement, so a pause committed before the claim always holds (see
-/// [`super::pause`]). Written over the parameters rather than the row, so that SQLite
-/// evaluates it once per statement, not once per candidate.
+/// [`super::pause`]). Written over the parameters rather than the row, so that its
+/// subquery runs once per statement; SQLite still tests the result on every candidate row,
+/// though, so with the target paused a statement would walk its whole backlog to find
+/// nothing (6.6 ms for 47,000 pending deliveries). The SQLite functions below therefore
+/// ask [`is_paused`] first, in the same transaction, and stop there.
 const NOT_PAUSED: &str =
     "NOT EXISTS (SELECT 1 FROM paused_targets p WHERE p.source = ?1 AND p.target = ?2)";
+
+/// Whether the target is paused: one lookup in `paused_targets`' key.
+fn is_paused(conn: &Connection, source: &str, target: &str) -> rusqlite::Result<bool> {
+    conn.prepare_cached("SELECT 1 FROM paused_targets WHERE source = ?1 AND target = ?2")?
+        .exists([source, target])
+}
 
 /// Versions compare only within one kind, numbers with numbers and text with text: a
 /// version of the other kind is never taken as older.
@@ -142,6 +151,9 @@ pub struct Recorded {
 /// pending deliveries whose version is not newer than the last delivered one of their key
 /// become `superseded`.
 pub fn claim(conn: &Connection, req: &ClaimRequest, now: &str) -> rusqlite::Result<Vec<Claimed>> {
+    if is_paused(conn, &req.source, &req.target)? {
+        return Ok(Vec::new());
+    }
     // Only a source with ordering can have superseded deliveries. The partial index keeps
     // this from walking every pending row (measured: without it, this statement was most
     // of the writer's time while forwarding).
@@ -298,6 +310,9 @@ pub fn sweep(conn: &Connection, now: &str) -> rusqlite::Result<usize> {
 /// that one finishes, which wakes the target's loop. Nothing is due while the target is
 /// paused.
 pub fn next_due(conn: &Connection, source: &str, target: &str) -> rusqlite::Result<Option<String>> {
+    if is_paused(conn, source, target)? {
+        return Ok(None);
+    }
     conn.prepare_cached(&format!(
         // ORDER BY … LIMIT 1 rather than min(): the index is walked in due order and stops at
         // the first claimable row, instead of testing every pending row.
