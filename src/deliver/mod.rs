@@ -30,6 +30,7 @@ use crate::metrics::{AttemptLabels, Metrics, TargetLabels};
 use crate::store::Store;
 use crate::store::pause::Paused;
 use crate::store::queue::{ClaimRequest, Claimed, EventData, Finished, Next, Turn};
+use crate::store::writer::WriteError;
 use pace::Pace;
 
 /// How long a target's task sleeps at most before looking for due work again, when nothing
@@ -639,8 +640,9 @@ struct Taken {
 }
 
 /// Records `done` and claims (one write, [`crate::store::queue::Turn`]); None when that
-/// write failed (logged). Then the results are recorded one by one, so that one result the
-/// inbox refuses cannot keep the others from being recorded.
+/// write failed (logged). When it was refused, the results are then recorded one by one;
+/// otherwise (the writer stopped, or did not answer in time) their leases bring the
+/// deliveries back.
 async fn turn(
     t: &TargetRun,
     shared: &Shared,
@@ -650,12 +652,20 @@ async fn turn(
     let results = done.iter().map(|d| d.finished.clone()).collect();
     let settled = match shared.store.settle(Turn { results, claim }).await {
         Ok(settled) => settled,
-        Err(e) => {
+        // The write was refused (not a timeout, after which it may still commit): one
+        // result the inbox refuses must not keep the others from being recorded.
+        Err(e @ WriteError::CommitFailed(_)) => {
             tracing::warn!(source = %t.source, target = %t.name, error = %e,
                 results = done.len(), "recording attempts and claiming failed; recording each on its own");
             for d in done {
                 let recorded = shared.store.finish(d.finished.clone()).await;
                 recorded_metrics(t, shared, &d, recorded);
+            }
+            return None;
+        }
+        Err(e) => {
+            for d in &done {
+                recorded_metrics(t, shared, d, Err(e.clone()));
             }
             return None;
         }
@@ -682,7 +692,7 @@ fn recorded_metrics(
     t: &TargetRun,
     shared: &Shared,
     d: &Done,
-    recorded: Result<crate::store::queue::Recorded, crate::store::writer::WriteError>,
+    recorded: Result<crate::store::queue::Recorded, WriteError>,
 ) {
     let labels = TargetLabels {
         source: t.source.clone(),

@@ -441,7 +441,11 @@ pub fn settle(conn: &Connection, turn: &Turn, now: &str) -> rusqlite::Result<Set
                 })
             })
             .optional()?;
-        settled.look = Some((paused, next_due(conn, &req.source, &req.target)?));
+        let due = match paused {
+            Some(_) => None,
+            None => next_due(conn, &req.source, &req.target)?,
+        };
+        settled.look = Some((paused, due));
     }
     settled.claims = Claims {
         claimed,

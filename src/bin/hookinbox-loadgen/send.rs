@@ -72,6 +72,14 @@ pub fn run(scheme: Scheme, plan: Plan, log: Option<std::path::PathBuf>) -> anyho
     let seed = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_micros());
+    // Opened first, so that a path that cannot be written fails before the run, not after.
+    let mut log = log
+        .map(|path| {
+            std::fs::File::create(&path)
+                .map(std::io::BufWriter::new)
+                .with_context(|| format!("creating {}", path.display()))
+        })
+        .transpose()?;
     let cpu_before = cpu_seconds();
     let started = Instant::now();
     let deadline = started + plan.duration;
@@ -117,12 +125,9 @@ pub fn run(scheme: Scheme, plan: Plan, log: Option<std::path::PathBuf>) -> anyho
     }
     let elapsed = started.elapsed().as_secs_f64();
     let cpu = cpu_seconds() - cpu_before;
-    if let Some(path) = log {
-        let mut out = std::io::BufWriter::new(
-            std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?,
-        );
+    if let Some(out) = &mut log {
         for s in &all.sent {
-            serde_json::to_writer(&mut out, s)?;
+            serde_json::to_writer(&mut *out, s)?;
             out.write_all(b"\n")?;
         }
         out.flush()?;
@@ -218,7 +223,12 @@ async fn connection(
                 tally.latencies_us.push(us);
             }
             Some(_) => tally.non_2xx += 1,
-            None => tally.errors += 1,
+            None => {
+                tally.errors += 1;
+                // No server (yet, or any more): try again without spinning on the cores
+                // the server needs.
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
         }
         if logging {
             tally.sent.push(Sent::new(id.clone(), &signed.body, status));
