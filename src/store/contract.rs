@@ -55,8 +55,10 @@ impl Store {
     }
 
     /// A target loop's turn ([`Turn`]): its attempts' results, then a claim. On SQLite one
-    /// writer job; on PostgreSQL the results go through the queue batcher (pipelined), then
-    /// the claim, then one read of the claimed events.
+    /// writer job. On PostgreSQL the claim comes first, then the results through the queue
+    /// batcher (pipelined), then one read of the claimed events: a claim that fails then
+    /// fails the turn before any result was recorded, so the loop's fallback (each result
+    /// on its own) never records one twice.
     pub async fn settle(&self, turn: Turn) -> Result<Settled, WriteError> {
         match self {
             Store::Sqlite { writer, .. } => {
@@ -66,13 +68,8 @@ impl Store {
             }
             Store::Postgres(pg) => {
                 let Turn { results, claim } = turn;
-                let mut settled = Settled {
-                    recorded: futures_util::future::join_all(
-                        results.into_iter().map(|f| pg.finish(f)),
-                    )
-                    .await,
-                    ..Settled::default()
-                };
+                let mut settled = Settled::default();
+                let mut look = None;
                 if let Some(request) = claim {
                     let (source, target, limit) = (
                         request.source.clone(),
@@ -80,11 +77,18 @@ impl Store {
                         request.limit,
                     );
                     settled.claims = pg.claim(request).await?;
-                    let ids: Vec<i64> = settled.claims.claimed.iter().map(|c| c.event).collect();
-                    settled.events = pg.events(&ids).await;
                     if settled.claims.claimed.len() < limit {
-                        settled.look = pg.look(&source, &target).await.ok();
+                        look = Some((source, target));
                     }
+                }
+                settled.recorded =
+                    futures_util::future::join_all(results.into_iter().map(|f| pg.finish(f))).await;
+                let ids: Vec<i64> = settled.claims.claimed.iter().map(|c| c.event).collect();
+                if !ids.is_empty() {
+                    settled.events = pg.events(&ids).await;
+                }
+                if let Some((source, target)) = look {
+                    settled.look = pg.look(&source, &target).await.ok();
                 }
                 Ok(settled)
             }

@@ -60,7 +60,10 @@ pub enum WriteError {
 
 /// Work for the writer thread.
 trait Job: Send {
-    /// Runs inside the batch's transaction, in a savepoint of its own.
+    /// Runs inside the batch's transaction. It may run twice: when another job of the
+    /// batch fails, the transaction is rolled back and every job runs again, each in a
+    /// savepoint of its own (see [`run_batch`]); so a job touches nothing but the database
+    /// and its own result until [`Job::answer`].
     fn run(&mut self, conn: &Connection, now: &str) -> rusqlite::Result<()>;
     /// This job alone failed; its savepoint was rolled back.
     fn fail(&mut self, error: WriteError);
