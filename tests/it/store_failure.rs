@@ -297,6 +297,12 @@ async fn under_load_a_write_lock_held_in_sqlite3_gets_503s_then_ingest_resumes()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_load_a_long_read_in_sqlite3_never_fails_ingest_and_the_wal_shrinks_after() {
     let server = TestServer::start(ONE_SOURCE).await;
+    // Its target is a closed port: each event would be a failed attempt and a retry 5 s
+    // later, writes that kept the writer from ever going idle within the wait below on a
+    // busy machine. Paused, the deliveries wait and the writer goes idle with the load.
+    let config = server.config.path.to_str().unwrap().to_owned();
+    let (code, out, err) = hookinbox(&["pause", "sw/app", "--config", &config]);
+    assert_eq!(code, 0, "pause: {out}{err}");
     let wal = server.db.with_extension("db-wal");
     let ledger = Arc::default();
     let load = load_on(&server, "read", &ledger);
