@@ -301,7 +301,8 @@ async fn under_load_a_long_read_in_sqlite3_never_fails_ingest_and_the_wal_shrink
     // later, writes that kept the writer from ever going idle within the wait below on a
     // busy machine. Paused, the deliveries wait and the writer goes idle with the load.
     let config = server.config.path.to_str().unwrap().to_owned();
-    let (code, out, err) = hookinbox(&["pause", "sw/app", "--config", &config]);
+    let (code, out, err) =
+        tokio::task::block_in_place(|| hookinbox(&["pause", "sw/app", "--config", &config]));
     assert_eq!(code, 0, "pause: {out}{err}");
     let wal = server.db.with_extension("db-wal");
     let ledger = Arc::default();
