@@ -121,15 +121,16 @@ fn sqlite(db: &Path, rules: &[Rule], args: &Args) -> anyhow::Result<(Vec<Row>, S
             would
         } else {
             let mut total = Pruned::default();
+            let mut walk = retention::Walk::default();
             loop {
                 let tx =
                     conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-                let done = retention::prune_chunk(&tx, rule, now)?;
+                let done = retention::prune_chunk(&tx, rule, now, &mut walk)?;
                 tx.commit()?;
                 total.add(done);
                 removed += u64::try_from(done.total()).unwrap_or(0);
                 progress.set(removed);
-                if done.total() == 0 {
+                if done.total() == 0 && walk.caught_up {
                     break total;
                 }
             }

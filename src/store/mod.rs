@@ -20,6 +20,7 @@ pub mod replay;
 pub mod retention;
 pub mod sql;
 pub mod stats;
+pub mod timeline;
 pub mod writer;
 
 pub use contract::{Gauges, Store};
@@ -500,6 +501,21 @@ mod tests {
             .collect::<Result<_, _>>()
             .unwrap();
         assert_eq!(pruned, [(1, false), (2, false), (3, true)]);
+        // Migration 6: the newest event per source, and no index by time on `events`.
+        let latest: (String, String) = c
+            .query_row("SELECT source, received_at FROM latest_received", [], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .unwrap();
+        assert_eq!(latest, ("sw".into(), "2026-11-30T00:00:00.000Z".into()));
+        let indexes: i64 = c
+            .query_row(
+                "SELECT count(*) FROM sqlite_schema WHERE name IN ('events_age', 'events_unpruned')",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(indexes, 0);
         assert_eq!(
             c.query_row("PRAGMA integrity_check", [], |r| r.get::<_, String>(0))
                 .unwrap(),

@@ -1,7 +1,9 @@
 //! How each source and target is doing, read from the inbox: the queries behind the web
 //! inbox's overview (over the last hour) and the alert conditions (over their own windows).
-//! The source and attempt queries use an index and a time window (`events_age`,
-//! `attempts_started`); the queue's (pending and dead per target) read every pending or
+//! The source queries read a time window (on SQLite the rows after its boundary by id,
+//! [`super::timeline`], and the newest event per source from `latest_received`; on
+//! PostgreSQL the index `events_age`), the attempt query the index `attempts_started`;
+//! the queue's (pending and dead per target) read every pending or
 //! dead row through `deliveries_state`, which stays short while the backlog and the dead
 //! rows kept are thousands, not millions.
 
@@ -41,22 +43,70 @@ impl TargetStats {
 
 /// Each named source since `since` (inbox time text).
 pub fn sources(db: Db, names: &[String], since: &str) -> Result<Vec<SourceStats>, Error> {
-    names
-        .iter()
-        .map(|name| {
-            Ok(SourceStats {
-                source: name.clone(),
-                events: db.value(
-                    "SELECT count(*) FROM events WHERE source = ?1 AND received_at >= ?2",
-                    &[name, &since],
-                )?,
-                last_received: db.value(
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (counts, latest) = match db {
+        // No index by time on SQLite: the window is the rows after its boundary by id.
+        // The newest event of each source is the window's newest or, before the window,
+        // `latest_received`, which the writer moves on once a minute (`ingest::store`):
+        // the windows asked for here are minutes long.
+        Db::Sqlite(conn) => {
+            let mut counts = Vec::new();
+            let mut latest = db.rows(
+                "SELECT source, received_at FROM latest_received",
+                &[],
+                |r| Ok((r.get::<String>(0)?, r.get::<String>(1)?)),
+            )?;
+            for (source, n, newest) in db.rows(
+                // `+source`: grouping by the identity index would read every row.
+                "SELECT source, count(*), max(received_at) FROM events
+                  WHERE id >= ?1 AND received_at >= ?2 GROUP BY +source",
+                &[&super::timeline::first_id_at(conn, since)?, &since],
+                |r| Ok((r.get::<String>(0)?, r.get::<i64>(1)?, r.get::<String>(2)?)),
+            )? {
+                match latest.iter_mut().find(|(s, _)| *s == source) {
+                    Some((_, t)) if *t >= newest => {}
+                    Some((_, t)) => *t = newest,
+                    None => latest.push((source.clone(), newest)),
+                }
+                counts.push((source, n));
+            }
+            (counts, latest)
+        }
+        Db::Postgres(_) => {
+            let (mut counts, mut latest) = (Vec::new(), Vec::new());
+            for name in names {
+                counts.push((
+                    name.clone(),
+                    db.value(
+                        "SELECT count(*) FROM events WHERE source = ?1 AND received_at >= ?2",
+                        &[name, &since],
+                    )?,
+                ));
+                let last: Option<String> = db.value(
                     "SELECT max(received_at) FROM events WHERE source = ?1",
                     &[name],
-                )?,
-            })
+                )?;
+                latest.extend(last.map(|t| (name.clone(), t)));
+            }
+            (counts, latest)
+        }
+    };
+    Ok(names
+        .iter()
+        .map(|name| SourceStats {
+            source: name.clone(),
+            events: counts
+                .iter()
+                .find(|(s, _)| s == name)
+                .map_or(0, |(_, n)| *n),
+            last_received: latest
+                .iter()
+                .find(|(s, _)| s == name)
+                .map(|(_, t)| t.clone()),
         })
-        .collect()
+        .collect())
 }
 
 /// Each named (source, target) pair: attempts since `since`, and the queue now.
