@@ -15,7 +15,8 @@ pub struct SourceStats {
     pub source: String,
     /// Events committed within the window.
     pub events: i64,
-    /// When the newest event was committed, if any is left.
+    /// When the newest event was committed: on SQLite even after retention removed it
+    /// (`latest_received`), on PostgreSQL while its row is left.
     pub last_received: Option<String>,
 }
 
