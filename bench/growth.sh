@@ -11,7 +11,8 @@
 # spread over the year before now, with `sqlite3` (about a minute per 10 million), then
 # measures, in turn: the ceiling (wrk -t1 against a bare hyper server, as bench/run.sh)
 # and hookinbox storing new events of the same kind with 32 connections and 1.5 KB signed
-# bodies, synchronous=full. The inbox stays in the page cache (this machine has the
+# bodies, synchronous=full; then, with the server stopped, how long `hookinbox events`
+# takes to print a page from half a year ago. The inbox stays in the page cache (this machine has the
 # memory); on a VM whose memory cannot hold the identity index, random ids read a page
 # from disk for most inserts.
 #
@@ -131,20 +132,26 @@ for n in $sizes; do
             --body-size 1500 --ids "$kind")
         wb1=$(awk '/^write_bytes/ {print $2}' "/proc/$serve/io")
         kill -TERM "$serve"; wait "$serve" || true
-        rows+=("$(python3 - "$n" "$kind" "$ceiling" "$run" "$wb0" "$wb1" "$size_mb" "$filled" <<'PY'
+        # What an operator waits for a page of the inbox from half a year ago.
+        t0=$(date +%s%N)
+        "$bin/hookinbox" events --config "$work/hookinbox.toml" --until 182d --limit 50 --json >/dev/null
+        page_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+        rows+=("$(python3 - "$n" "$kind" "$ceiling" "$run" "$wb0" "$wb1" "$size_mb" "$filled" "$page_ms" <<'PY'
 import json, sys
-n, kind, ceiling, run, wb0, wb1, size, filled = sys.argv[1:]
+n, kind, ceiling, run, wb0, wb1, size, filled, page_ms = sys.argv[1:]
 r = json.loads(run)
 kib = (int(wb1) - int(wb0)) / 1024 / max(r["acked"], 1)
 print(f"| {int(n):,} | {kind} | {size} MB | {r['per_second']:,.0f} | {r['per_second'] / float(ceiling):.2f} "
-      f"| {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {kib:.2f} | {r['non_2xx']}/{r['errors']} | {filled} s |")
+      f"| {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {kib:.2f} | {r['non_2xx']}/{r['errors']} | {filled} s "
+      f"| {page_ms} |")
 PY
 )")
     done
 done
 
 printf '\n%s s per run, %s connections, 1.5 KB bodies, synchronous=full; the ratio is to the wrk\n' "$seconds" "$conns"
-printf 'ceiling measured just before each run. KiB written per stored event (/proc/PID/io).\n\n'
-printf '| events already in the inbox | ids | file | events/s | ratio to wrk | p50 ms | p99 ms | KiB written | non-2xx/errors | filled in |\n'
-printf '|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n'
+printf 'ceiling measured just before each run. KiB written per stored event (/proc/PID/io).\n'
+printf 'page ms: `hookinbox events --until 182d --limit 50` afterwards, the whole command.\n\n'
+printf '| events already in the inbox | ids | file | events/s | ratio to wrk | p50 ms | p99 ms | KiB written | non-2xx/errors | filled in | page ms |\n'
+printf '|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n'
 printf '%s\n' "${rows[@]}"

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock;
 use crate::store::sql::{self, Db, Dialect, Inbox};
+use crate::store::timeline;
 use crate::terminal::Table;
 
 /// Rows a listing (`events`, `conflicts`, `dead`) prints unless `--limit` says otherwise:
@@ -157,7 +158,7 @@ pub fn run(inbox: &Inbox, args: &Args, out: &mut impl Write) -> anyhow::Result<(
         return follow(conn.db(), inbox, args, out);
     }
     // One row more than the page: whether it exists says whether there is a next page.
-    let (mut sql, mut params) = filtered(conn.db().dialect(), args);
+    let (mut sql, mut params) = filtered(conn.db(), args)?;
     if let Some(id) = args.before {
         sql.push_str(" AND v.id < ?");
         params.push(Value::Integer(id));
@@ -236,41 +237,34 @@ fn cells(e: &Event) -> [String; 9] {
 ///
 /// Plans, so that a page of a large inbox stays a short query: by default SQLite walks the
 /// primary key downwards from `--before` and stops after a page of matches. The unary `+`
-/// keeps it from using the source index for `--source` (or `events_received` for
-/// `--until`), which would collect every match and sort them all, on every page. `--since`
-/// is left indexable: its window is the newest events, which the index finds without
-/// walking the rest of the table (and sorts only the window). PostgreSQL's planner has
-/// statistics to choose by, and no unary `+` on text.
-fn filtered(dialect: Dialect, args: &Args) -> (String, Vec<Value>) {
-    let mut sql = String::from(select(dialect));
-    let unindexed = match dialect {
+/// keeps it from using the identity index for `--source`, which would collect every match
+/// and sort them all, on every page. `--since` and `--until` bound the ids walked
+/// ([`timeline::window`]). PostgreSQL's planner has statistics to choose by, and no unary
+/// `+` on text.
+fn filtered(db: Db, args: &Args) -> anyhow::Result<(String, Vec<Value>)> {
+    let mut sql = String::from(select(db.dialect()));
+    let unindexed = match db.dialect() {
         Dialect::Sqlite => "+",
         Dialect::Postgres => "",
     };
     let mut params: Vec<Value> = Vec::new();
-    let mut filter = |clause: &str, value: Value| {
-        sql.push_str(clause);
-        params.push(value);
-    };
     if let Some(s) = &args.source {
-        filter(
-            &format!(" AND {unindexed}v.source = ?"),
-            Value::Text(s.clone()),
-        );
+        sql.push_str(&format!(" AND {unindexed}v.source = ?"));
+        params.push(Value::Text(s.clone()));
     }
     if let Some(s) = args.status {
-        filter(" AND v.status = ?", Value::Text(s.as_str().into()));
+        sql.push_str(" AND v.status = ?");
+        params.push(Value::Text(s.as_str().into()));
     }
-    if let Some(t) = &args.since {
-        filter(" AND v.received_at >= ?", Value::Text(t.clone()));
-    }
-    if let Some(t) = &args.until {
-        filter(
-            &format!(" AND {unindexed}v.received_at < ?"),
-            Value::Text(t.clone()),
-        );
-    }
-    (sql, params)
+    timeline::window(
+        db,
+        args.since.as_deref(),
+        args.until.as_deref(),
+        &mut sql,
+        &mut params,
+    )
+    .context("finding the time window's events")?;
+    Ok((sql, params))
 }
 
 /// Runs a query built on [`SELECT`]. Collected before returning, so that the statement is
@@ -335,7 +329,7 @@ fn follow(db: Db, inbox: &Inbox, args: &Args, out: &mut impl Write) -> anyhow::R
     // The ids looked at before the page is read: an event that commits between the two
     // (replicas commit out of order) is then either on the page or printed as new.
     let mut cursor = Cursor::start(db, seen)?;
-    let (mut sql, mut params) = filtered(db.dialect(), args);
+    let (mut sql, mut params) = filtered(db, args)?;
     sql.push_str(" AND v.id <= ? ORDER BY v.id DESC LIMIT ?");
     params.extend([Value::Integer(seen), Value::Integer(i64::from(args.limit))]);
     let mut page = read(db, inbox, &sql, params)?;
@@ -366,7 +360,7 @@ fn follow(db: Db, inbox: &Inbox, args: &Args, out: &mut impl Write) -> anyhow::R
         }
         // A burst is read in pages, each a short statement.
         for range in cursor.new_ids(db, inbox)? {
-            let (mut sql, mut params) = filtered(db.dialect(), args);
+            let (mut sql, mut params) = filtered(db, args)?;
             match range {
                 New::Above(seen, upto) => {
                     sql.push_str(" AND v.id > ? AND v.id <= ?");

@@ -15,7 +15,7 @@ use rusqlite::types::Value;
 use super::{Page, body, respond};
 use crate::commands::{conflicts, dead, show};
 use crate::store::sql::{self, Db, Dialect};
-use crate::store::stats;
+use crate::store::{stats, timeline};
 use crate::terminal::escape;
 use crate::{clock, store};
 
@@ -125,8 +125,9 @@ struct Row {
 }
 
 /// The event list's query: only fixed fragments in the SQL, every value a parameter. As in
-/// `hookinbox events`, the primary key is walked downwards and the unary `+` keeps SQLite
-/// from sorting every match of a source or an `until` before the first page.
+/// `hookinbox events`, the primary key is walked downwards, the unary `+` keeps SQLite
+/// from sorting every match of a source before the first page, and a time window bounds
+/// the ids walked.
 fn list_events(db: Db, f: &Filters, before: Option<i64>, limit: i64) -> anyhow::Result<Vec<Row>> {
     let mut sql = String::from(
         "SELECT v.id, v.received_at, v.source, v.event_id, v.event_type, v.size, v.status,
@@ -151,22 +152,21 @@ fn list_events(db: Db, f: &Filters, before: Option<i64>, limit: i64) -> anyhow::
     if let Some(s) = &f.status {
         filter(" AND v.status = ?", s.clone().into());
     }
-    if let Some(t) = &f.since {
-        filter(" AND v.received_at >= ?", t.clone().into());
-    }
-    if let Some(t) = &f.until {
-        filter(
-            &format!(" AND {unindexed}v.received_at < ?"),
-            t.clone().into(),
-        );
-    }
     if let Some(q) = &f.q {
         filter(&format!(" AND {contains}"), q.clone().into());
     }
     if let Some(id) = before {
         filter(" AND v.id < ?", id.into());
     }
-    filter(" ORDER BY v.id DESC LIMIT ?", limit.into());
+    timeline::window(
+        db,
+        f.since.as_deref(),
+        f.until.as_deref(),
+        &mut sql,
+        &mut values,
+    )?;
+    sql.push_str(" ORDER BY v.id DESC LIMIT ?");
+    values.push(limit.into());
     let rows = db.rows(&sql, &sql::refs(&values), |r| {
         Ok(Row {
             id: r.get(0)?,

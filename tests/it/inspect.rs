@@ -182,6 +182,38 @@ async fn events_lists_newest_first_with_filters_and_pages(backend: Backend) {
         .len(),
         0
     );
+    // Split at each event's own time: --since keeps the events received at or after it,
+    // --until the others, whatever their source (on SQLite the window also bounds the ids
+    // read, so an off-by-one there drops or adds an event at the edge).
+    let times: Vec<(String, String)> = all["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let t = e["received_at"].as_str().unwrap().to_owned();
+            (e["event_id"].as_str().unwrap().to_owned(), t)
+        })
+        .collect();
+    for (_, t) in &times {
+        let expect = |after: bool| -> Vec<String> {
+            let keep = times.iter().filter(|(_, u)| (u >= t) == after);
+            keep.map(|(id, _)| id.clone()).collect()
+        };
+        let since = json(&server, &["events", "--since", t]);
+        assert_eq!(event_ids(&since), expect(true), "--since {t}");
+        let until = json(&server, &["events", "--until", t]);
+        assert_eq!(event_ids(&until), expect(false), "--until {t}");
+    }
+    let both = json(
+        &server,
+        &["events", "--since", &times[4].1, "--until", &times[1].1],
+    );
+    let middle: Vec<String> = times
+        .iter()
+        .filter(|(_, u)| *u >= times[4].1 && *u < times[1].1)
+        .map(|(id, _)| id.clone())
+        .collect();
+    assert_eq!(event_ids(&both), middle);
 
     // Pages of 4, following next_before to the end: every event once, in order.
     let mut paged = Vec::new();
