@@ -264,8 +264,17 @@ async fn claim_up_to(
         .await?;
     }
     // The lease runs on the database's clock, as the sweep reads it: a replica whose clock
-    // is ahead cannot take another's live lease for expired.
+    // is ahead cannot take another's live lease for expired. Under ordering, `NOT OUTDATED`
+    // again, though the statement above superseded such rows: under READ COMMITTED each
+    // statement reads its own snapshot, so an older version committed between the two
+    // would be claimed here and delivered after a newer one (the ordering test caught it
+    // once). Left pending, it is superseded by the next claim.
     let lease_seconds = req.lease.as_secs_f64();
+    let outdated = if req.ordered {
+        format!("AND NOT {OUTDATED}")
+    } else {
+        String::new()
+    };
     let limit = limit as i64;
     let update = prepared
         .get(
@@ -278,6 +287,7 @@ async fn claim_up_to(
                         SELECT d.id FROM deliveries d
                          WHERE d.source = $1 AND d.target = $2 AND d.state = 'pending'
                            AND d.next_attempt_at <= $3 AND {CLAIMABLE} AND {NOT_PAUSED}
+                           {outdated}
                          ORDER BY d.next_attempt_at, d.id
                          LIMIT $5
                            FOR NO KEY UPDATE SKIP LOCKED)
