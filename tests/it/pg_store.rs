@@ -1496,3 +1496,115 @@ async fn a_replica_that_looked_live_at_a_start_but_was_dead_leaves_a_gap() {
     );
     server.stop().await;
 }
+
+/// The ordered claim runs its supersede pass and its claim as two statements, each reading
+/// its own snapshot (READ COMMITTED). An older version of a key committed between the two
+/// must not be claimed, which would deliver it after a newer one, but be superseded by the
+/// next claim. The interleaving is forced: another transaction holds a row the supersede
+/// pass must update, and the older version commits while the pass waits for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_older_version_committed_during_a_claim_is_superseded_not_claimed() {
+    use hookinbox::store::queue::ClaimRequest;
+    let Some(url) = database("pg_store::an_older_version_committed_during_a_claim").await else {
+        return;
+    };
+    let store = hookinbox::config::PgStore {
+        url: url.clone(),
+        password: None,
+        tls: hookinbox::config::PgTls::Off,
+        pool: 2,
+    };
+    let inbox = hookinbox::store::pg::Inbox::start(&store, Default::default())
+        .await
+        .unwrap();
+    let db = pg_connect(&url).await;
+    // Key "k" was delivered at version 3; a delivery of version 1 is pending, outdated.
+    let pending = |event_id: &'static str, version: i64| {
+        let db = &db;
+        async move {
+            db.query_one(
+                "WITH e AS (
+                     INSERT INTO events (source, event_id, sha256, size, received_at)
+                     VALUES ('sw', $1, 'x', 1, '2026-01-01T00:00:00.000Z') RETURNING id)
+                 INSERT INTO deliveries (event, source, target, idempotency_key, order_key,
+                                         order_version_num, next_attempt_at, created_at,
+                                         updated_at)
+                 SELECT id, 'sw', 'app', $1, 'k', $2::bigint, '2026-01-01T00:00:00.000Z',
+                        '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z' FROM e
+                 RETURNING id",
+                &[&event_id, &version],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+        }
+    };
+    db.batch_execute(
+        "INSERT INTO order_keys (source, target, order_key, last_num, updated_at)
+         VALUES ('sw', 'app', 'k', 3, '2026-01-01T00:00:00.000Z')",
+    )
+    .await
+    .unwrap();
+    let held = pending("v1", 1).await;
+    let mut holder = pg_connect(&url).await;
+    let hold = holder.transaction().await.unwrap();
+    hold.execute(
+        "SELECT 1 FROM deliveries WHERE id = $1 FOR UPDATE",
+        &[&held],
+    )
+    .await
+    .unwrap();
+
+    let request = || ClaimRequest {
+        source: "sw".into(),
+        target: "app".into(),
+        limit: 10,
+        lease: Duration::from_secs(30),
+        max_attempts: 5,
+        ordered: true,
+        rate: None,
+    };
+    let claiming = {
+        let inbox = inbox.clone();
+        let request = request();
+        tokio::spawn(async move { inbox.claim(request).await })
+    };
+    // The supersede pass waits for the held row; then version 2 commits.
+    wait_count(
+        &db,
+        "SELECT count(*) FROM pg_stat_activity
+          WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        1,
+        Duration::from_secs(10),
+    )
+    .await;
+    let late = pending("v2", 2).await;
+    hold.commit().await.unwrap();
+
+    let claimed: Vec<i64> = claiming
+        .await
+        .unwrap()
+        .unwrap()
+        .claimed
+        .iter()
+        .map(|c| c.delivery)
+        .collect();
+    assert!(
+        !claimed.contains(&late),
+        "version 2 claimed after 3 was delivered: {claimed:?}"
+    );
+    let state = |id: i64| {
+        let db = &db;
+        async move {
+            db.query_one("SELECT state FROM deliveries WHERE id = $1", &[&id])
+                .await
+                .unwrap()
+                .get::<_, String>(0)
+        }
+    };
+    assert_eq!(state(held).await, "superseded");
+    assert_eq!(state(late).await, "pending", "left for the next claim");
+    let next = inbox.claim(request()).await.unwrap();
+    assert!(next.claimed.is_empty(), "{:?}", next.claimed.len());
+    assert_eq!(state(late).await, "superseded");
+}
