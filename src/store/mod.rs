@@ -47,10 +47,11 @@ pub const MMAP_SIZE: i64 = 256 * 1024 * 1024;
 /// inside the commit that crosses the mark, and every request in that batch and queued
 /// behind it waits while the pages are copied into the database file and the file is
 /// synced: at 1000 pages 8–30 ms on the benchmark's disk, which made the p99 of a stored
-/// event 13–16 ms; at 250 pages, 2–8 ms and a p99 of 6–7 ms (BENCHMARKS.md). The pages
-/// every commit rewrites (the tails of the b-trees) are copied more often: about 1% more
-/// bytes per event with time-ordered ids, a tenth more with random ones, and at 100 pages
-/// 6% more with ordered ids. Answering the batch before checkpointing measured no better.
+/// event 13–16 ms with time-ordered ids; at 250 pages, 2–8 ms and a p99 of 5–7 ms
+/// (BENCHMARKS.md). The pages every commit rewrites (the tails of the b-trees) are copied
+/// more often: 1–3% more bytes per event with time-ordered ids, a tenth more with random
+/// ones, and at 100 pages 6% more with ordered ids. Answering the batch before
+/// checkpointing measured no better.
 pub const CHECKPOINT_PAGES: i64 = 250;
 
 /// The WAL is truncated back to this size after checkpoints, so that one burst does not
