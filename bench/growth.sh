@@ -27,12 +27,10 @@ conns=32
 for n in $sizes; do
     [[ "$n" =~ ^[1-9][0-9]*$ ]] || { echo "GROWTH_SIZES holds whole numbers of events (got '$n')" >&2; exit 2; }
 done
-for tool in wrk sqlite3; do
-    if ! command -v "$tool" >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$tool" >/dev/null 2>&1 || true
-    fi
-    command -v "$tool" >/dev/null || { echo "bench/growth.sh needs $tool: apt-get install $tool (as root)" >&2; exit 2; }
-done
+if ! command -v sqlite3 >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sqlite3 >/dev/null 2>&1 || true
+fi
+command -v sqlite3 >/dev/null || { echo "bench/growth.sh needs sqlite3: apt-get install sqlite3 (as root)" >&2; exit 2; }
 
 cargo build --release --locked --features loadgen >&2
 bin=$PWD/target/release
@@ -58,11 +56,6 @@ name = "bench"
 scheme = "standard-webhooks"
 secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
 TOML
-cat >"$work/post.lua" <<'LUA'
-wrk.method = "POST"
-wrk.body = string.rep("x", 1500)
-LUA
-
 "$bin/hookinbox-loadgen" bare --listen "127.0.0.1:$bare" 2>/dev/null & pids+=($!)
 wait_port "$bare"
 
@@ -127,8 +120,8 @@ for n in $sizes; do
         size_mb=$(( $(stat -c %s "$work/inbox.db") / 1000000 ))
         "$bin/hookinbox" serve --config "$work/hookinbox.toml" 2>>"$work/serve.log" & serve=$!; pids+=("$serve")
         wait_port "$pub"
-        ceiling=$(wrk -t1 -c"$conns" -d"${seconds}s" -s "$work/post.lua" "http://127.0.0.1:$bare/" |
-            awk '/Requests\/sec/ {print $2}')
+        ceiling=$(bench/ceiling.sh "http://127.0.0.1:$bare/" "$seconds" "$conns" |
+            python3 -c 'import json, sys; print(json.load(sys.stdin)["per_second"])')
         wb0=$(awk '/^write_bytes/ {print $2}' "/proc/$serve/io")
         run=$("$bin/hookinbox-loadgen" send --config "$work/hookinbox.toml" --source bench \
             --url "http://127.0.0.1:$pub" --connections "$conns" --duration "${seconds}s" \

@@ -7,7 +7,9 @@
 #
 # Each round, in turn, with 32 keep-alive connections and 1.5 KB signed bodies, every event
 # new:
-#   ceiling      a bare hyper server that reads the body and answers 200
+#   ceiling      Debian's wrk against a bare hyper server that reads the body and answers
+#                200 (bench/ceiling.sh): every ratio is taken against it
+#   loadgen      the signing load generator against the same bare server
 #   sqlite       hookinbox on its SQLite inbox, synchronous=full
 #   pg-1         hookinbox on PostgreSQL, one replica
 #   pg-2         two replicas on the same PostgreSQL, 16 connections each (rates summed,
@@ -82,7 +84,8 @@ wait_port "$bare"
 
 for round in $(seq "$rounds"); do
     echo "round $round of $rounds" >&2
-    send "http://127.0.0.1:$bare" "$conns" >>"$work/ceiling.jsonl"
+    bench/ceiling.sh "http://127.0.0.1:$bare/" "$seconds" "$conns" >>"$work/ceiling.jsonl"
+    send "http://127.0.0.1:$bare" "$conns" >>"$work/loadgen.jsonl"
 
     p=$(free_port); a=$(free_port)
     rm -f "$work/sqlite.db"*
@@ -185,16 +188,17 @@ fwd2=$(forward postgres 2)
 
 printf '\n%s rounds of %s s, 32 connections, 1.5 KB bodies, unique ids; events/s and p50 are\n' "$rounds" "$seconds"
 printf 'medians, p99 the worst round; a ratio is the median of the rounds'"'"' ratios (each run\n'
-printf 'against the ceiling of its own round), range in brackets. Forwarding runs once, against\n'
+printf 'against the wrk ceiling of its own round), range in brackets. Forwarding runs once, against\n'
 printf 'the median ceiling.\n'
-printf '\n| run | events/s | ratio to ceiling | p50 ms | p99 ms |\n|---|---:|---:|---:|---:|\n'
+printf '\n| run | events/s | ratio to wrk | p50 ms | p99 ms |\n|---|---:|---:|---:|---:|\n'
 python3 - "$work" "$fwd_sqlite" "$fwd1" "$fwd2" <<'PY'
 import json, statistics, sys
 work, fwd_sqlite, fwd1, fwd2 = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
 def load(name):
     return [json.loads(l) for l in open(f"{work}/{name}.jsonl")]
 ceiling = load("ceiling")
-names = {"ceiling": "ceiling (bare hyper)", "sqlite": "SQLite, synchronous=full",
+names = {"ceiling": "ceiling: wrk -t1, bare hyper", "loadgen": "hookinbox-loadgen, bare hyper",
+         "sqlite": "SQLite, synchronous=full",
          "pg-1": "PostgreSQL, 1 replica", "pg-2": "PostgreSQL, 2 replicas"}
 for name, label in names.items():
     runs = load(name)

@@ -44,9 +44,7 @@ install_missing() { # $1 = command, $2 = Debian package
       || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2"; }; } \
       >/dev/null 2>&1 || true
 }
-install_missing wrk wrk
 install_missing webhook webhook
-command -v wrk >/dev/null || { echo "bench/run.sh needs wrk for the ceiling: apt-get install wrk (as root)" >&2; exit 2; }
 
 cargo build --release --locked --features loadgen >&2
 bin=$PWD/target/release
@@ -87,25 +85,7 @@ send() { send_as "$work/plain.toml" bench "$@"; }
 
 field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])" "$1" "$2"; }
 
-# wrk with a 1.5 KB body, as one JSON line like the load generator's.
-cat >"$work/post.lua" <<'LUA'
-wrk.method = "POST"
-wrk.body = string.rep("x", 1500)
-wrk.headers["Content-Type"] = "application/json"
-LUA
-ceiling() {
-    wrk -t1 -c"$conns" -d"${seconds}s" --latency -s "$work/post.lua" "http://127.0.0.1:$bare/hooks/bench" |
-        python3 -c '
-import json, re, sys
-out = sys.stdin.read()
-def ms(v, unit):
-    return float(v) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
-pct = {p: ms(v, u) for p, v, u in re.findall(r"^\s+(50|99)(?:\.0+)?%\s+([\d.]+)(us|ms|s)$", out, re.M)}
-errors = sum(int(n) for n in re.findall(r"(?:connect|read|write|timeout) (\d+)", out))
-non_2xx = int(m.group(1)) if (m := re.search(r"Non-2xx or 3xx responses: (\d+)", out)) else 0
-print(json.dumps({"per_second": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
-                  "p50_ms": pct["50"], "p99_ms": pct["99"], "non_2xx": non_2xx, "errors": errors}))'
-}
+ceiling() { bench/ceiling.sh "http://127.0.0.1:$bare/hooks/bench" "$seconds" "$conns"; }
 
 # One load generator run against serve ($1 = pid), with what serve spent on it: CPU per
 # request, bytes written per stored event, events per commit. One JSON line.
