@@ -310,6 +310,21 @@ pub fn pending_rewrite(conn: &Connection) -> rusqlite::Result<(bool, i64)> {
     Ok((version > 0 && vacuum != INCREMENTAL, version))
 }
 
+/// The schema version that rebuilds `deliveries` (without the idempotency key's index).
+pub const DELIVERIES_REBUILT_IN: i64 = 7;
+
+/// When `serve`'s next start will rebuild `deliveries` (an inbox from before
+/// [`DELIVERIES_REBUILT_IN`]): about how many rows it copies (the highest id, read off the
+/// end of the table rather than counted). None when it will not.
+pub fn pending_deliveries_rebuild(conn: &Connection) -> rusqlite::Result<Option<i64>> {
+    let version = user_version(conn)?;
+    if version == 0 || version >= DELIVERIES_REBUILT_IN {
+        return Ok(None);
+    }
+    let rows: Option<i64> = conn.query_row("SELECT max(id) FROM deliveries", [], |r| r.get(0))?;
+    Ok(Some(rows.unwrap_or(0)))
+}
+
 /// How many pages of the inbox are free, and how many it has in all.
 pub fn page_counts(conn: &Connection) -> rusqlite::Result<(i64, i64)> {
     let free = conn.query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
@@ -488,6 +503,12 @@ mod tests {
             [],
         )
         .unwrap();
+        c.execute(
+            "INSERT INTO attempts (delivery, number, started_at, duration_ms, outcome)
+             VALUES (1, 1, 'x', 5, 'retry')",
+            [],
+        )
+        .unwrap();
         drop(c);
         // The CLI refuses to work on it rather than migrate it next to an older serve.
         assert!(matches!(
@@ -550,6 +571,44 @@ mod tests {
             )
             .unwrap();
         assert_eq!(indexes, 0);
+        // Migration 7: the deliveries and their attempt as they were, their keys no longer
+        // in an index of their own (the table's indexes name no key column), the attempt
+        // still joined to its delivery.
+        let deliveries: Vec<(i64, i64, String)> = c
+            .prepare("SELECT id, event, idempotency_key FROM deliveries ORDER BY id")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(
+            deliveries,
+            [(1, 1, "hk_1".into()), (2, 99, "hk_orphan".into())]
+        );
+        let keyed: i64 = c
+            .query_row(
+                "SELECT count(*) FROM pragma_index_list('deliveries') l,
+                        pragma_index_info(l.name) i WHERE i.name = 'idempotency_key'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(keyed, 0);
+        let attempt: (String, i64) = c
+            .query_row(
+                "SELECT idempotency_key, number FROM recent_attempts",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!(attempt, ("hk_1".into(), 1));
+        c.execute(
+            "INSERT INTO deliveries (event, source, target, idempotency_key, next_attempt_at,
+                                     created_at, updated_at)
+             VALUES (1, 'sw', 'app', 'hk_again', 'x', 'x', 'x')",
+            [],
+        )
+        .expect_err("one delivery per event and target, as before");
         assert_eq!(
             c.query_row("PRAGMA integrity_check", [], |r| r.get::<_, String>(0))
                 .unwrap(),

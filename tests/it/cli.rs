@@ -260,6 +260,15 @@ fn sign_for_one_source_needs_only_that_sources_secret() {
     assert!(err.contains("HOOKINBOX_TEST_UNSET_OTHER"), "{err}");
 }
 
+/// `hookinbox check` on a config whose inbox is `inbox.db` in `dir`: the config's path and
+/// what check printed (it must pass).
+fn check_inbox_in(dir: &std::path::Path) -> (String, String) {
+    let config = config_in(dir, &format!("[store]\npath = \"inbox.db\"\n{DEMO_SOURCE}"));
+    let (code, out, err) = hookinbox(&["check", "--config", &config]);
+    assert_eq!(code, 0, "{err}");
+    (config, out)
+}
+
 #[test]
 fn check_warns_before_serve_rewrites_an_older_inbox() {
     let dir = tempfile::tempdir().unwrap();
@@ -272,12 +281,7 @@ fn check_warns_before_serve_rewrites_an_older_inbox() {
     ))
     .unwrap();
     drop(conn);
-    let config = config_in(
-        dir.path(),
-        &format!("[store]\npath = \"inbox.db\"\n{DEMO_SOURCE}"),
-    );
-    let (code, out, err) = hookinbox(&["check", "--config", &config]);
-    assert_eq!(code, 0, "{err}");
+    let (config, out) = check_inbox_in(dir.path());
     assert!(
         out.contains(&format!(
             "schema version 1) is converted to version {} when `serve` next starts",
@@ -286,10 +290,50 @@ fn check_warns_before_serve_rewrites_an_older_inbox() {
             && out.contains("hookinbox backup"),
         "{out}"
     );
+    // No deliveries to copy, so no word about copying them.
+    assert!(!out.contains("deliveries, which `serve` copies"), "{out}");
     // The readers refuse it with the way out, rather than failing on a missing table.
     let (code, _, err) = hookinbox(&["events", "--config", &config]);
     assert_eq!(code, 1);
     assert!(err.contains("start `hookinbox serve` once"), "{err}");
+}
+
+#[test]
+fn check_warns_before_serve_copies_many_deliveries() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("inbox.db");
+    // An inbox at the schema version before the rebuild, holding 300,000 deliveries (their
+    // events need not exist for this: foreign keys off, as an operator's shell has them).
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let rebuilt_in = hookinbox::store::DELIVERIES_REBUILT_IN;
+    let before: Vec<&str> = hookinbox::store::migrations()
+        .into_iter()
+        .filter(|(v, _)| *v < rebuilt_in)
+        .map(|(_, sql)| sql)
+        .collect();
+    conn.execute_batch(&format!(
+        "PRAGMA foreign_keys = OFF; PRAGMA auto_vacuum = INCREMENTAL; PRAGMA journal_mode = WAL;
+         BEGIN; {}; PRAGMA user_version = {}; COMMIT;",
+        before.join(";\n"),
+        rebuilt_in - 1
+    ))
+    .unwrap();
+    conn.execute_batch(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300000)
+         INSERT INTO deliveries (event, source, target, idempotency_key, next_attempt_at,
+                                 created_at, updated_at)
+         SELECT i, 'demo', 'app', 'hk_' || i, 'x', 'x', 'x' FROM n",
+    )
+    .unwrap();
+    drop(conn);
+    let (_, out) = check_inbox_in(dir.path());
+    assert!(
+        out.contains("holds about 300000 deliveries, which `serve` copies once")
+            && out.contains("about 2 s, with about 49 MiB free"),
+        "{out}"
+    );
+    // Not the whole-file rewrite's warning: this inbox has incremental auto-vacuum.
+    assert!(!out.contains("(VACUUM)"), "{out}");
 }
 
 #[test]
