@@ -15,6 +15,9 @@
 #               (UUIDv7- or ULID-like: the identity index grows at its end)
 #   random      the same with random ids (UUIDs, as GitHub's): each insert lands at a
 #               random place in the identity index
+#   target      ordered ids to a source with one target (paused, so nothing is sent):
+#               each event also writes its delivery row, as it does for every source
+#               that forwards
 #   duplicate   the same signed event over and over (verify, find the identity, answer)
 # Each round's ratios are against that round's wrk ceiling; the table shows the median
 # rate of each row, the median and the range of its per-round ratios, and the worst p99.
@@ -56,7 +59,7 @@ trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 pub=$(free_port); admin=$(free_port); bare=$(free_port)
 
-config() { # $1 = file, $2 = inbox, $3 = extra target lines
+config() { # $1 = file, $2 = inbox, $3 = lines after the source (its targets, more sources)
     cat >"$1" <<TOML
 [server]
 listen = "127.0.0.1:$pub"
@@ -125,22 +128,33 @@ PY
 }
 
 config "$work/plain.toml" "$work/plain.db" ""
+# A second server whose source has one target, paused, as every source an operator
+# forwards from: each event also gets its delivery row (the target is never sent to). An
+# inbox of its own, so that the rows above measure one source's index as before.
+pub_t=$(free_port); admin_t=$(free_port)
+pub=$pub_t admin=$admin_t config "$work/target.toml" "$work/target.db" "[[sources.targets]]
+name = \"app\"
+url = \"http://127.0.0.1:$bare/app\""
 
 "$bin/hookinbox-loadgen" bare --listen "127.0.0.1:$bare" 2>/dev/null & pids+=($!)
 "$bin/hookinbox" serve --config "$work/plain.toml" 2>"$work/serve.log" & serve=$!; pids+=("$serve")
+"$bin/hookinbox" serve --config "$work/target.toml" 2>"$work/target.log" & serve_t=$!; pids+=("$serve_t")
 wait_port "$bare"
 wait_port "$pub"
+wait_port "$pub_t"
+"$bin/hookinbox" pause bench/app --config "$work/target.toml" >/dev/null
 for round in $(seq "$rounds"); do
     echo "round $round of $rounds" >&2
     ceiling >>"$work/wrk.jsonl"
     send "http://127.0.0.1:$bare" >>"$work/loadgen.jsonl"
     measured "$serve" --ids ordered >>"$work/ordered.jsonl"
     measured "$serve" --ids random >>"$work/random.jsonl"
+    pub=$pub_t admin=$admin_t measured "$serve_t" --ids ordered >>"$work/target.jsonl"
     measured "$serve" --ids duplicate >>"$work/duplicate.jsonl"
 done
 rss_recv=$(awk '/VmHWM/ {print $2}' "/proc/$serve/status")
-kill -TERM "$serve"; wait "$serve" || true
-stored=$(sqlite3 "$work/plain.db" "SELECT count(*) FROM events")
+kill -TERM "$serve" "$serve_t"; wait "$serve" || true; wait "$serve_t" || true
+stored=$(( $(sqlite3 "$work/plain.db" "SELECT count(*) FROM events") + $(sqlite3 "$work/target.db" "SELECT count(*) FROM events") ))
 ceiling=$(python3 -c 'import json, statistics, sys
 print(statistics.median(json.loads(l)["per_second"] for l in open(sys.argv[1])))' "$work/wrk.jsonl")
 
@@ -251,15 +265,16 @@ def load(name):
     return [json.loads(l) for l in open(f"{sys.argv[1]}/{name}.jsonl")]
 ceiling = load("wrk")
 rows = [("ceiling: wrk -t1, bare hyper", "wrk"), ("ceiling: hookinbox-loadgen, bare hyper", "loadgen"),
-        ("unique, ordered ids", "ordered"), ("unique, random ids", "random"), ("duplicate", "duplicate")]
+        ("unique, ordered ids", "ordered"), ("unique, random ids", "random"),
+        ("unique, ordered ids, one target (paused)", "target"), ("duplicate", "duplicate")]
 for label, name in rows:
     runs = load(name)
     ratios = [r["per_second"] / c["per_second"] for r, c in zip(runs, ceiling)]
     med = lambda k: statistics.median(r[k] for r in runs)
     cpu = f"{med('server_cpu_us'):.1f}" if "server_cpu_us" in runs[0] else (
         f"{med('cpu_us_per_request'):.1f} (its own)" if "cpu_us_per_request" in runs[0] else "")
-    kib = f"{med('kib_per_event'):.2f}" if name in ("ordered", "random") else ""
-    per = f"{med('per_commit'):.1f}" if name in ("ordered", "random") else ""
+    kib = f"{med('kib_per_event'):.2f}" if name in ("ordered", "random", "target") else ""
+    per = f"{med('per_commit'):.1f}" if name in ("ordered", "random", "target") else ""
     print(f"| {label} | {med('per_second'):.0f} "
           f"| {statistics.median(ratios):.2f} [{min(ratios):.2f}–{max(ratios):.2f}] "
           f"| {med('p50_ms'):.2f} | {max(r['p99_ms'] for r in runs):.2f} | {cpu} | {kib} | {per} |")
@@ -275,9 +290,9 @@ totals() { # non-2xx/errors summed over a .jsonl file's runs
     python3 -c 'import json, sys; runs = [json.loads(l) for l in open(sys.argv[1])]
 print("/".join(str(sum(r[k] for r in runs)) for k in ("non_2xx", "errors")))' "$1"
 }
-printf 'non-2xx / errors over all rounds: wrk %s, loadgen %s, ordered %s, random %s, duplicate %s\n' \
+printf 'non-2xx / errors over all rounds: wrk %s, loadgen %s, ordered %s, random %s, one target %s, duplicate %s\n' \
     "$(totals "$work/wrk.jsonl")" "$(totals "$work/loadgen.jsonl")" "$(totals "$work/ordered.jsonl")" \
-    "$(totals "$work/random.jsonl")" "$(totals "$work/duplicate.jsonl")"
+    "$(totals "$work/random.jsonl")" "$(totals "$work/target.jsonl")" "$(totals "$work/duplicate.jsonl")"
 if [ -n "$peer" ]; then
     printf 'peer: non-2xx / errors %s/%s, peak RSS %s KiB (webhook alone, not its /bin/true children); %s\n' \
         "$(field "$peer" non_2xx)" "$(field "$peer" errors)" "$rss_peer" "$peer_note"
