@@ -329,7 +329,7 @@ fn check_warns_before_serve_copies_many_deliveries() {
     let (_, out) = check_inbox_in(dir.path());
     assert!(
         out.contains("holds about 300000 deliveries, which `serve` copies once")
-            && out.contains("about 2 s, with about 49 MiB free"),
+            && out.contains("about 2 s, with about 129 MiB free"),
         "{out}"
     );
     // Not the whole-file rewrite's warning: this inbox has incremental auto-vacuum.
