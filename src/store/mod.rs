@@ -314,15 +314,16 @@ pub fn pending_rewrite(conn: &Connection) -> rusqlite::Result<(bool, i64)> {
 pub const DELIVERIES_REBUILT_IN: i64 = 7;
 
 /// When `serve`'s next start will rebuild `deliveries` (an inbox from before
-/// [`DELIVERIES_REBUILT_IN`]): about how many rows it copies (the highest id, read off the
-/// end of the table rather than counted). None when it will not.
+/// [`DELIVERIES_REBUILT_IN`]): how many rows it copies (counted: ids go on climbing after
+/// retention deletes rows, so the highest id can be far more; a second per ten million
+/// rows, once). None when it will not.
 pub fn pending_deliveries_rebuild(conn: &Connection) -> rusqlite::Result<Option<i64>> {
     let version = user_version(conn)?;
     if version == 0 || version >= DELIVERIES_REBUILT_IN {
         return Ok(None);
     }
-    let rows: Option<i64> = conn.query_row("SELECT max(id) FROM deliveries", [], |r| r.get(0))?;
-    Ok(Some(rows.unwrap_or(0)))
+    conn.query_row("SELECT count(*) FROM deliveries", [], |r| r.get(0))
+        .map(Some)
 }
 
 /// How many pages of the inbox are free, and how many it has in all.
