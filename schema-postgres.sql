@@ -252,5 +252,6 @@ ALTER TABLE receiving ADD PRIMARY KEY (source, replica);
 -- The idempotency key loses its UNIQUE index, as the SQLite inbox's did in its version 7:
 -- a hash of the event's identity and the target, each new delivery landed at a random
 -- place in it. No two deliveries of existing events share a key: one event has one
--- delivery per target (UNIQUE (event, target)), one identity one event. Nothing looks a delivery up by its key.
+-- delivery per target (UNIQUE (event, target)), one identity one event. Nothing looks a
+-- delivery up by its key.
 ALTER TABLE deliveries DROP CONSTRAINT deliveries_idempotency_key_key;

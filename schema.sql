@@ -372,9 +372,10 @@ DROP INDEX events_unpruned;
 -- index: with one target, its leaves were half of what a commit storing events wrote (20.7
 -- KiB per stored event with it, 11.0 without) and a third of the writer's time. No two
 -- deliveries of existing events share a key: one event has one delivery per target (UNIQUE
--- (event, target)), one identity one event. Nothing looks a delivery up by its key; an operator's `WHERE idempotency_key =
--- …` reads the table. Rebuilt in one pass, as version 2 rebuilt `events`: on a large inbox
--- this start-up takes time in proportion to its deliveries (logged when done).
+-- (event, target)), one identity one event. Nothing looks a delivery up by its key; an
+-- operator's `WHERE idempotency_key = …` reads the table. Rebuilt in one pass, as version 2
+-- rebuilt `events`: on a large inbox this start-up takes time in proportion to its
+-- deliveries (logged when done).
 CREATE TABLE deliveries_v7 (
     id              INTEGER PRIMARY KEY,
     event           INTEGER NOT NULL REFERENCES events (id) ON DELETE CASCADE,
