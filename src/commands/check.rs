@@ -140,9 +140,12 @@ fn report(config: &Config) -> Report {
     let mut warnings = config.warnings();
     // The SQLite file's conversions; a PostgreSQL inbox migrates in its own database (a
     // file left behind by `migrate-store` is never opened again).
-    if matches!(config.store.backend, crate::config::Backend::Sqlite) {
-        warnings.extend(conversion_warning(&config.store.path));
-        warnings.extend(deliveries_rebuild_warning(&config.store.path));
+    let db = &config.store.path;
+    if matches!(config.store.backend, crate::config::Backend::Sqlite)
+        && let Some(conn) = db.exists().then(|| store::read::open(db).ok()).flatten()
+    {
+        warnings.extend(conversion_warning(&conn, db));
+        warnings.extend(deliveries_rebuild_warning(&conn, db));
     }
     let problems = config.problems();
     Report {
@@ -315,9 +318,8 @@ pub struct Problems(pub usize);
 
 /// What `serve` will do to an existing inbox at start-up that an operator should plan
 /// for: a conversion that rewrites the whole file once.
-fn conversion_warning(db: &Path) -> Option<String> {
-    let conn = db.exists().then(|| store::read::open(db).ok()).flatten()?;
-    let (rewrite, version) = store::pending_rewrite(&conn).ok()?;
+fn conversion_warning(conn: &rusqlite::Connection, db: &Path) -> Option<String> {
+    let (rewrite, version) = store::pending_rewrite(conn).ok()?;
     if !rewrite {
         return None;
     }
@@ -357,15 +359,14 @@ fn conversion_warning(db: &Path) -> Option<String> {
 
 /// The schema 7 rebuild of `deliveries` on an inbox large enough for it to take a while:
 /// `serve` copies every delivery once before it listens.
-fn deliveries_rebuild_warning(db: &Path) -> Option<String> {
-    let conn = db.exists().then(|| store::read::open(db).ok()).flatten()?;
-    let rows = store::pending_deliveries_rebuild(&conn).ok()??;
+fn deliveries_rebuild_warning(conn: &rusqlite::Connection, db: &Path) -> Option<String> {
+    let rows = store::pending_deliveries_rebuild(conn).ok()??;
     if rows < REBUILD_WORTH_SAYING {
         return None;
     }
     let millions = rows as f64 / 1e6;
     Some(format!(
-        "the inbox {} holds about {rows} deliveries, which `serve` copies once when it next \
+        "the inbox {} holds {rows} deliveries, which `serve` copies once when it next \
          starts (schema version {} drops the index of their idempotency keys): about {:.0} s, \
          with about {} MiB free for the copy at its peak (a third of it stays in the file, \
          given back to the file system a little at a time). Providers are not answered \

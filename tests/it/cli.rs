@@ -328,7 +328,7 @@ fn check_warns_before_serve_copies_many_deliveries() {
     drop(conn);
     let (_, out) = check_inbox_in(dir.path());
     assert!(
-        out.contains("holds about 300000 deliveries, which `serve` copies once")
+        out.contains("holds 300000 deliveries, which `serve` copies once")
             && out.contains("about 2 s, with about 201 MiB free"),
         "{out}"
     );
