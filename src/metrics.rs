@@ -57,6 +57,10 @@ pub struct StateLabels {
 /// Every delivery state, so that a state that empties reads 0 rather than vanishing.
 pub const DELIVERY_STATES: [&str; 5] = ["pending", "in_flight", "delivered", "dead", "superseded"];
 
+/// The states a backlog is made of, and what an operator acts on: counted at every scrape.
+/// The others (delivered, superseded) only pile up until retention takes them.
+pub const BACKLOG_STATES: [&str; 3] = ["pending", "in_flight", "dead"];
+
 /// Every [`crate::store::queue::Next::word`]: what an attempt can lead to.
 pub const ATTEMPT_RESULTS: [&str; 3] = ["delivered", "retry", "dead"];
 
@@ -277,7 +281,7 @@ impl Metrics {
         let deliveries = Family::<StateLabels, Gauge>::default();
         registry.register(
             "deliveries",
-            "Delivery rows by state, read from the inbox at each scrape",
+            "Delivery rows by state, read from the inbox: pending, in_flight and dead at each scrape, delivered and superseded at most once a minute",
             deliveries.clone(),
         );
         let wal_bytes = Gauge::default();

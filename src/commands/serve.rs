@@ -474,6 +474,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         inbox: sqlite.is_some().then(|| store_path.clone()),
         delivery: delivery_health,
         budget,
+        settled_counted: Default::default(),
     });
     let source_count = sources.len();
     let (sqlite_thread, inbox_lock) = match sqlite {

@@ -27,7 +27,7 @@ pub enum Store {
 /// What `/metrics` reads from the inbox.
 #[derive(Debug, Default)]
 pub struct Gauges {
-    /// Delivery rows per state.
+    /// Delivery rows per state, of the states asked for.
     pub counts: Vec<(String, i64)>,
     /// When the oldest delivery still pending or in flight was created.
     pub oldest_pending: Option<String>,
@@ -281,8 +281,10 @@ impl Store {
         }
     }
 
-    /// The figures `/metrics` shows.
-    pub async fn gauges(&self) -> Result<Gauges, String> {
+    /// The figures `/metrics` shows. The delivery counts are of the backlog's states
+    /// ([`crate::metrics::BACKLOG_STATES`]) only, unless `settled` asks for every state too,
+    /// which walks every delivery row.
+    pub async fn gauges(&self, settled: bool) -> Result<Gauges, String> {
         match self {
             Store::Sqlite { readers, .. } => {
                 let pool = readers.clone();
@@ -291,7 +293,7 @@ impl Store {
                     let s = |e: rusqlite::Error| e.to_string();
                     let p = |e: super::sql::Error| e.to_string();
                     Ok(Gauges {
-                        counts: read::delivery_counts(&conn).map_err(s)?,
+                        counts: read::delivery_counts(&conn, settled).map_err(s)?,
                         oldest_pending: read::oldest_pending(&conn).map_err(s)?,
                         paused: pause::all(super::sql::Db::Sqlite(&conn)).map_err(p)?,
                         pages: Some(super::page_counts(&conn).map_err(s)?),
@@ -300,7 +302,7 @@ impl Store {
                 .await
                 .map_err(|e| e.to_string())?
             }
-            Store::Postgres(pg) => pg.gauges().await,
+            Store::Postgres(pg) => pg.gauges(settled).await,
         }
     }
 

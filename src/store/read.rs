@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 
+use crate::metrics::BACKLOG_STATES;
+
 /// Few connections: readers are short queries, and a small VM has two cores.
 pub const POOL_SIZE: u32 = 4;
 /// A reader waits this long for a lock (only WAL recovery after a crash takes one).
@@ -57,11 +59,22 @@ pub fn open_current(path: &Path) -> Result<Connection, super::Error> {
     Ok(conn)
 }
 
-/// Delivery rows per state.
-pub fn delivery_counts(conn: &Connection) -> rusqlite::Result<Vec<(String, i64)>> {
-    conn.prepare_cached("SELECT state, count(*) FROM deliveries GROUP BY state")?
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+/// Delivery rows per state: of every state if `settled`, a walk of every row; otherwise of
+/// [`BACKLOG_STATES`] only, a walk of their stretch of `deliveries_state`. One statement,
+/// so the counts are of one moment.
+pub fn delivery_counts(conn: &Connection, settled: bool) -> rusqlite::Result<Vec<(String, i64)>> {
+    let row = |r: &rusqlite::Row| Ok((r.get(0)?, r.get(1)?));
+    if settled {
+        conn.prepare_cached("SELECT state, count(*) FROM deliveries GROUP BY state")?
+            .query_map([], row)?
+            .collect()
+    } else {
+        conn.prepare_cached(
+            "SELECT state, count(*) FROM deliveries WHERE state IN (?1, ?2, ?3) GROUP BY state",
+        )?
+        .query_map(BACKLOG_STATES, row)?
         .collect()
+    }
 }
 
 /// When the oldest delivery still pending or in flight was created, if any.

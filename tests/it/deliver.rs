@@ -225,6 +225,53 @@ async fn retry_after_is_honoured_and_410_is_dead(backend: Backend) {
     server.stop().await;
 }
 
+/// What `/metrics` says of the delivery rows: the backlog's states (pending, in flight,
+/// dead) as they are at each scrape; delivered and superseded, which only pile up and cost
+/// a walk of every row to count, at the first scrape and then at most once a minute.
+async fn scrapes_count_the_backlog_every_time_and_settled_rows_once_a_minute(backend: Backend) {
+    let sink = Sink::start(|r, _| {
+        Reply::Status(if r.header("x-hookinbox-event-id") == "msg_gone" {
+            410
+        } else {
+            200
+        })
+    })
+    .await;
+    let test = "deliver::scrapes_count_the_backlog_every_time_and_settled_rows_once_a_minute";
+    let Some(server) = TestServer::on(backend, test, &to_url(&sink.url(), "")).await else {
+        return;
+    };
+    let rows =
+        |m: &str, state: &str| metric(m, &format!(r#"hookinbox_deliveries{{state="{state}"}}"#));
+    send(&server, "msg_early").await;
+    wait_state(&server, "msg_early", "app", "delivered").await;
+    let first = server.metrics().await;
+    assert_eq!(rows(&first, "delivered"), 1.0, "{first}");
+    assert_eq!(rows(&first, "dead"), 0.0, "{first}");
+
+    send(&server, "msg_late").await;
+    send(&server, "msg_gone").await;
+    wait_state(&server, "msg_late", "app", "delivered").await;
+    wait_state(&server, "msg_gone", "app", "dead").await;
+    let second = server.metrics().await;
+    assert_eq!(
+        rows(&second, "dead"),
+        1.0,
+        "a dead delivery shows at once: {second}"
+    );
+    assert_eq!(
+        rows(&second, "pending") + rows(&second, "in_flight"),
+        0.0,
+        "{second}"
+    );
+    assert_eq!(
+        rows(&second, "delivered"),
+        1.0,
+        "delivered rows are recounted a minute after the first scrape, not at each: {second}"
+    );
+    server.stop().await;
+}
+
 async fn a_redirect_is_not_followed_and_a_hang_is_retried(backend: Backend) {
     let sink = Sink::start(|r, n| match (r.header("x-hookinbox-event-id"), n) {
         (_, _) if r.path != "/hook" => Reply::Status(200),
@@ -723,6 +770,7 @@ on_both_backends!(
     a_thousand_events_are_each_delivered_with_their_bytes_and_key,
     failures_are_retried_under_the_same_key_until_accepted,
     retry_after_is_honoured_and_410_is_dead,
+    scrapes_count_the_backlog_every_time_and_settled_rows_once_a_minute,
     a_redirect_is_not_followed_and_a_hang_is_retried,
     one_failing_target_never_holds_back_another,
     ordering_delivers_the_newest_and_supersedes_older_versions_per_key,

@@ -343,9 +343,9 @@ impl Inbox {
 
     /// Delivery rows per state, when the oldest pending one was created, and the pauses:
     /// the gauges of `/metrics`.
-    pub async fn gauges(&self) -> Result<super::Gauges, String> {
+    pub async fn gauges(&self, settled: bool) -> Result<super::Gauges, String> {
         self.readers
-            .read(|client| async move { queue::gauges(&client).await })
+            .read(|client| async move { queue::gauges(&client, settled).await })
             .await
     }
 }

@@ -489,8 +489,26 @@ pub async fn events(
         .collect())
 }
 
-pub async fn gauges(client: &Client) -> Result<crate::store::Gauges, tokio_postgres::Error> {
-    let counts = client.query("SELECT state, count(*) FROM deliveries GROUP BY state", &[]);
+/// As on SQLite ([`crate::store::read::delivery_counts`]): every state only if `settled`.
+pub async fn gauges(
+    client: &Client,
+    settled: bool,
+) -> Result<crate::store::Gauges, tokio_postgres::Error> {
+    let backlog = crate::metrics::BACKLOG_STATES.as_slice();
+    let counts = async {
+        if settled {
+            client
+                .query("SELECT state, count(*) FROM deliveries GROUP BY state", &[])
+                .await
+        } else {
+            client
+                .query(
+                    "SELECT state, count(*) FROM deliveries WHERE state = ANY($1) GROUP BY state",
+                    &[&backlog],
+                )
+                .await
+        }
+    };
     let oldest = client.query_one(
         "SELECT min(created_at) FROM deliveries WHERE state IN ('pending', 'in_flight')",
         &[],
