@@ -640,9 +640,9 @@ struct Taken {
 }
 
 /// Records `done` and claims (one write, [`crate::store::queue::Turn`]); None when that
-/// write failed (logged). When it was refused, the results are then recorded one by one;
-/// otherwise (the writer stopped, or did not answer in time) their leases bring the
-/// deliveries back.
+/// write failed (logged), or when only its claim did (PostgreSQL: the results stand). When
+/// the write was refused, the results are then recorded one by one; otherwise (the writer
+/// stopped, or did not answer in time) their leases bring the deliveries back.
 async fn turn(
     t: &TargetRun,
     shared: &Shared,
@@ -672,6 +672,12 @@ async fn turn(
     };
     for (d, recorded) in done.iter().zip(settled.recorded) {
         recorded_metrics(t, shared, d, recorded);
+    }
+    if let Some(e) = settled.claim_failed {
+        // The results stand, each as recorded; the loop backs off as from a failed turn.
+        tracing::warn!(source = %t.source, target = %t.name, error = %e,
+            "claiming deliveries failed; the attempts' results went in on their own");
+        return None;
     }
     Some(Taken {
         claims: settled.claims.claimed,

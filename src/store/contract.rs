@@ -55,10 +55,14 @@ impl Store {
     }
 
     /// A target loop's turn ([`Turn`]): its attempts' results, then a claim. On SQLite one
-    /// writer job. On PostgreSQL the claim comes first, then the results through the queue
-    /// batcher (pipelined), then one read of the claimed events: a claim that fails then
-    /// fails the turn before any result was recorded, so the loop's fallback (each result
-    /// on its own) never records one twice.
+    /// writer job. On PostgreSQL the claim and the results go to the queue batcher
+    /// together, so that they share a transaction and its commit (one after the other,
+    /// the turn waited for two commits: BENCHMARKS.md, "PostgreSQL"), then one read of the
+    /// claimed events. Their order within the transaction does not matter: a claim that
+    /// runs after the results sees them, as on SQLite. The batcher runs each job alone when a batch
+    /// fails, so each result's outcome is its own: a claim that fails when results went
+    /// with it is reported in [`Settled::claim_failed`], not as the turn's error, which
+    /// would make the loop record those results again.
     pub async fn settle(&self, turn: Turn) -> Result<Settled, WriteError> {
         match self {
             Store::Sqlite { writer, .. } => {
@@ -70,19 +74,32 @@ impl Store {
                 let Turn { results, claim } = turn;
                 let mut settled = Settled::default();
                 let mut look = None;
-                if let Some(request) = claim {
-                    let (source, target, limit) = (
-                        request.source.clone(),
-                        request.target.clone(),
-                        request.limit,
-                    );
-                    settled.claims = pg.claim(request).await?;
+                let asked = claim
+                    .as_ref()
+                    .map(|r| (r.source.clone(), r.target.clone(), r.limit));
+                let claimed = async {
+                    match claim {
+                        Some(request) => Some(pg.claim(request).await),
+                        None => None,
+                    }
+                };
+                let recorded =
+                    futures_util::future::join_all(results.into_iter().map(|f| pg.finish(f)));
+                let (claimed, recorded) = futures_util::future::join(claimed, recorded).await;
+                settled.recorded = recorded;
+                if let (Some(claimed), Some((source, target, limit))) = (claimed, asked) {
+                    match claimed {
+                        Ok(claims) => settled.claims = claims,
+                        Err(e) if settled.recorded.is_empty() => return Err(e),
+                        Err(e) => {
+                            settled.claim_failed = Some(e);
+                            return Ok(settled);
+                        }
+                    }
                     if settled.claims.claimed.len() < limit {
                         look = Some((source, target));
                     }
                 }
-                settled.recorded =
-                    futures_util::future::join_all(results.into_iter().map(|f| pg.finish(f))).await;
                 let ids: Vec<i64> = settled.claims.claimed.iter().map(|c| c.event).collect();
                 if !ids.is_empty() {
                     settled.events = pg.events(&ids).await;

@@ -401,6 +401,9 @@ pub struct Settled {
     /// When the claim took fewer than it asked for: whether the target is paused, and when
     /// its next claimable delivery is due (inbox text), for the loop to sleep until then.
     pub look: Option<(Option<super::pause::Paused>, Option<String>)>,
+    /// Why the claim failed while the results were recorded (PostgreSQL, where they are
+    /// separate jobs of the batcher; on SQLite the turn fails as a whole).
+    pub claim_failed: Option<super::writer::WriteError>,
 }
 
 impl Default for Settled {
@@ -410,6 +413,7 @@ impl Default for Settled {
             claims: Claims::default(),
             events: Ok(Default::default()),
             look: None,
+            claim_failed: None,
         }
     }
 }
