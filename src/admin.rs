@@ -25,7 +25,7 @@ use crate::store::{Gauges, Store};
 const READY_PING_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How often a scrape recounts the delivered and superseded rows. They pile up until
-/// retention takes them, and counting them walks every one (50–70 ms a million on SQLite, a
+/// retention takes them, and counting them walks every one (40–60 ms a million on SQLite, a
 /// scan on PostgreSQL), where the backlog's states are a short stretch of an index.
 const SETTLED_RECOUNT: Duration = Duration::from_secs(60);
 
@@ -38,7 +38,7 @@ pub struct Admin {
     /// The memory budget for request bodies, for its gauge.
     pub budget: Arc<crate::receive::BodyBudget>,
     pub web: Arc<crate::web::Web>,
-    /// When a scrape last counted every delivery state; none before the first.
+    /// When a scrape last set out to count every delivery state; none before the first.
     pub settled_counted: Mutex<Option<Instant>>,
 }
 
@@ -46,12 +46,28 @@ impl Admin {
     /// Refreshes the gauges that are read from the inbox. A failure leaves the last values
     /// and is logged: a scrape must not fail because a reader is briefly busy.
     async fn refresh(&self) {
-        let settled = self
-            .settled_counted
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_none_or(|at| at.elapsed() >= SETTLED_RECOUNT);
-        match self.store.gauges(settled).await {
+        // Taken before counting, so that scrapes at the same moment do not all walk every
+        // row, and one whose count fails waits its minute too.
+        let mut settled = {
+            let mut at = self
+                .settled_counted
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let due = at.is_none_or(|at| at.elapsed() >= SETTLED_RECOUNT);
+            if due {
+                *at = Some(Instant::now());
+            }
+            due
+        };
+        let mut gauges = self.store.gauges(settled).await;
+        if settled && let Err(e) = &gauges {
+            // A walk of every row that fails (a statement timeout on a huge table) must
+            // not leave the backlog's states, which the alerts read, unread.
+            tracing::warn!(error = %e, "counting every delivery state for /metrics; counting the backlog's");
+            settled = false;
+            gauges = self.store.gauges(false).await;
+        }
+        match gauges {
             Ok(Gauges {
                 counts,
                 oldest_pending: oldest,
@@ -85,12 +101,6 @@ impl Admin {
                         .deliveries
                         .get_or_create(&StateLabels { state })
                         .set(n);
-                }
-                if settled {
-                    *self
-                        .settled_counted
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
                 }
             }
             Err(e) => tracing::warn!(error = %e, "reading delivery counts for /metrics"),
