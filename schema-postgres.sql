@@ -255,3 +255,13 @@ ALTER TABLE receiving ADD PRIMARY KEY (source, replica);
 -- delivery per target (UNIQUE (event, target)), one identity one event. Nothing looks a
 -- delivery up by its key.
 ALTER TABLE deliveries DROP CONSTRAINT deliveries_idempotency_key_key;
+
+-- migrate: 4
+
+-- A claim takes a target's due deliveries in (next_attempt_at, id) order. Without the id in
+-- the index PostgreSQL read and sorted every due row of the target to find the first few:
+-- 26 ms a claim at 48,000 pending, and one replica forwarded a backlog at 1,600/s. SQLite's
+-- index ends in the rowid, which is the id, so its claims had that order all along. The
+-- rebuild holds the table's writes while it runs (README, "Upgrade").
+DROP INDEX deliveries_due;
+CREATE INDEX deliveries_due ON deliveries (source, target, state, next_attempt_at, id);
