@@ -59,10 +59,10 @@ impl Store {
     /// together, so that they share a transaction and its commit (one after the other,
     /// the turn waited for two commits: BENCHMARKS.md, "PostgreSQL"), then one read of the
     /// claimed events. Their order within the transaction does not matter: a claim that
-    /// runs after the results sees them, as on SQLite. The batcher runs each job alone when a batch
-    /// fails, so each result's outcome is its own: a claim that fails when results went
-    /// with it is reported in [`Settled::claim_failed`], not as the turn's error, which
-    /// would make the loop record those results again.
+    /// runs after the results sees them, as on SQLite. The batcher runs each job alone
+    /// when a batch fails, so each result's outcome is its own: a claim that fails when
+    /// results went with it is reported in [`Settled::claim_failed`], not as the turn's
+    /// error, which would make the loop record those results again.
     pub async fn settle(&self, turn: Turn) -> Result<Settled, WriteError> {
         match self {
             Store::Sqlite { writer, .. } => {
