@@ -609,10 +609,6 @@ async fn postgres_stopped_under_load_answers_503_and_ingest_resumes() {
     server.stop().await;
 }
 
-/// A SQLite inbox with delivered, pending and paused deliveries, attempts, a conflict and
-/// order keys, copied by `migrate-store` into an empty PostgreSQL database: every table the
-/// same read back, and a serve on the copy goes on where the file left off (a duplicate is
-/// still a duplicate, pending deliveries go out under their keys, new events get new ids).
 /// A claim takes a target's first due deliveries in `(next_attempt_at, id)` order
 /// (`pg::queue::claim_up_to`); the index must give that order, or PostgreSQL reads and
 /// sorts every due row of the target for each claim (26 ms at 48,000 pending,
@@ -652,6 +648,10 @@ async fn a_claim_reads_the_first_due_deliveries_off_the_index() {
     server.stop().await;
 }
 
+/// A SQLite inbox with delivered, pending and paused deliveries, attempts, a conflict and
+/// order keys, copied by `migrate-store` into an empty PostgreSQL database: every table the
+/// same read back, and a serve on the copy goes on where the file left off (a duplicate is
+/// still a duplicate, pending deliveries go out under their keys, new events get new ids).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn migrate_store_copies_a_sqlite_inbox_that_serve_then_continues_on_postgres() {
     // Keys of mixed case, which this collation sorts otherwise than SQLite: the tables read
