@@ -74,12 +74,14 @@ impl Store {
                 let Turn { results, claim } = turn;
                 let mut settled = Settled::default();
                 let mut look = None;
-                let asked = claim
-                    .as_ref()
-                    .map(|r| (r.source.clone(), r.target.clone(), r.limit));
+                // The claim's answer with what it asked for: the target, and how many.
                 let claimed = async {
                     match claim {
-                        Some(request) => Some(pg.claim(request).await),
+                        Some(request) => {
+                            let asked = (request.source.clone(), request.target.clone());
+                            let limit = request.limit;
+                            Some((pg.claim(request).await, asked, limit))
+                        }
                         None => None,
                     }
                 };
@@ -87,7 +89,7 @@ impl Store {
                     futures_util::future::join_all(results.into_iter().map(|f| pg.finish(f)));
                 let (claimed, recorded) = futures_util::future::join(claimed, recorded).await;
                 settled.recorded = recorded;
-                if let (Some(claimed), Some((source, target, limit))) = (claimed, asked) {
+                if let Some((claimed, (source, target), limit)) = claimed {
                     match claimed {
                         Ok(claims) => settled.claims = claims,
                         Err(e) if settled.recorded.is_empty() => return Err(e),
