@@ -120,8 +120,7 @@ for n in $sizes; do
         size_mb=$(( $(stat -c %s "$work/inbox.db") / 1000000 ))
         "$bin/hookinbox" serve --config "$work/hookinbox.toml" 2>>"$work/serve.log" & serve=$!; pids+=("$serve")
         wait_port "$pub"
-        ceiling=$(bench/ceiling.sh "http://127.0.0.1:$bare/" "$seconds" "$conns" |
-            python3 -c 'import json, sys; print(json.load(sys.stdin)["per_second"])')
+        ceiling=$(field "$(bench/ceiling.sh "http://127.0.0.1:$bare/" "$seconds" "$conns")" per_second)
         wb0=$(awk '/^write_bytes/ {print $2}' "/proc/$serve/io")
         run=$("$bin/hookinbox-loadgen" send --config "$work/hookinbox.toml" --source bench \
             --url "http://127.0.0.1:$pub" --connections "$conns" --duration "${seconds}s" \
