@@ -541,6 +541,7 @@ async fn run_target(
                     }
                     Some(Taken {
                         claims,
+                        superseded,
                         mut events,
                         rate_wait,
                         look,
@@ -548,7 +549,8 @@ async fn run_target(
                         if let Some(p) = &mut pace {
                             p.take(claims.len(), Instant::now());
                         }
-                        let all = asked > 0 && claims.len() == asked;
+                        // Rows superseded rather than claimed used the claim's limit too.
+                        let all = asked > 0 && claims.len() + superseded == asked;
                         for c in claims {
                             let event = match &mut events {
                                 Ok(found) => Ok(found.remove(&c.event)),
@@ -631,6 +633,8 @@ async fn run_target(
 /// What a turn claimed, ready to start.
 struct Taken {
     claims: Vec<Claimed>,
+    /// Rows the claim took and superseded (an older version of a key).
+    superseded: usize,
     events: Result<std::collections::HashMap<i64, EventData>, String>,
     /// Replicas sharing a rate: how long until one more may start.
     rate_wait: Option<Duration>,
@@ -681,6 +685,7 @@ async fn turn(
     }
     Some(Taken {
         claims: settled.claims.claimed,
+        superseded: settled.claims.superseded,
         events: settled.events,
         rate_wait: settled.claims.rate_wait,
         look: settled.look.map(|(paused, due)| {

@@ -43,10 +43,20 @@ fn is_paused(conn: &Connection, source: &str, target: &str) -> rusqlite::Result<
         .exists([source, target])
 }
 
-/// Versions compare only within one kind, numbers with numbers and text with text: a
-/// version of the other kind is never taken as older.
-const SAME_KIND: &str = "((typeof(k.last_version) IN ('integer', 'real'))
-                          = (typeof(deliveries.order_version) IN ('integer', 'real')))";
+/// A delivery `d` under ordering whose key already delivered a version at least as new:
+/// sending it would undo the newer one, so it is superseded instead. Versions compare only
+/// within one kind, numbers with numbers and text with text: a version of the other kind is
+/// never taken as older. Replay leaves such a delivery alone for the same reason.
+/// PostgreSQL's is [`super::pg::OUTDATED`], over its two version columns.
+pub(crate) const OUTDATED: &str = "(d.order_key IS NOT NULL AND EXISTS (
+        SELECT 1 FROM order_keys k
+         WHERE k.source = d.source AND k.target = d.target AND k.order_key = d.order_key
+           AND ((typeof(k.last_version) IN ('integer', 'real'))
+                = (typeof(d.order_version) IN ('integer', 'real')))
+           AND k.last_version >= d.order_version))";
+
+/// Why a delivery is `superseded`.
+pub(crate) const SUPERSEDED: &str = "superseded: a version at least as new was already delivered";
 
 /// What a target's worker asks for.
 #[derive(Debug, Clone)]
@@ -69,6 +79,9 @@ pub struct ClaimRequest {
 #[derive(Debug, Default)]
 pub struct Claims {
     pub claimed: Vec<Claimed>,
+    /// How many of the rows the claim took were superseded instead of claimed ([`claim`]):
+    /// with the claimed ones, what the claim used of its limit.
+    pub superseded: usize,
     /// When a rate shared with other replicas gave fewer than asked: how long until one
     /// more may start.
     pub rate_wait: Option<Duration>,
@@ -142,50 +155,66 @@ pub struct Recorded {
     pub resolved_ambiguity: bool,
 }
 
-/// Claims up to `limit` due deliveries of one target: one `UPDATE … RETURNING` that marks
-/// them in flight, counts the attempt and sets the lease.
+/// Claims up to `limit` due deliveries of one target: one `UPDATE … FROM … RETURNING` that
+/// marks them in flight, counts the attempt and sets the lease.
 ///
 /// With ordering, a delivery is claimable only when no other delivery of its key is in
 /// flight and none with a lower version (or the same version and a lower id) is pending,
-/// so one key goes one at a time in version order while other keys proceed. Before that,
-/// pending deliveries whose version is not newer than the last delivered one of their key
-/// become `superseded`.
-pub fn claim(conn: &Connection, req: &ClaimRequest, now: &str) -> rusqlite::Result<Vec<Claimed>> {
+/// so one key goes one at a time in version order while other keys proceed. A row the
+/// claim takes whose key already delivered a version at least as new ([`OUTDATED`]) is
+/// marked `superseded` instead, in the same statement. That is the only place a delivery
+/// is superseded: it is judged when it would otherwise go out, so the work stays with the
+/// rows a claim takes. (A pass over every pending delivery of the target before each claim
+/// walked the target's whole ordered history through `deliveries_order`, and forwarding
+/// fell to a few hundred a second as the backlog grew: BENCHMARKS.md, "Forwarding".) An
+/// outdated delivery holds its key's newer versions back only until its turn, like any
+/// lower version.
+pub fn claim(conn: &Connection, req: &ClaimRequest, now: &str) -> rusqlite::Result<Claims> {
     if is_paused(conn, &req.source, &req.target)? {
-        return Ok(Vec::new());
+        return Ok(Claims::default());
     }
-    // Only a source with ordering can have superseded deliveries. The partial index keeps
-    // this from walking every pending row (measured: without it, this statement was most
-    // of the writer's time while forwarding).
-    if req.ordered {
-        supersede(conn, req, now)?;
-    }
+    // A source without ordering supersedes nothing, even with order keys kept from when it
+    // had ordering.
+    let outdated = if req.ordered { OUTDATED } else { "0" };
     let lease_until = clock::iso(SystemTime::now() + req.lease);
-    let claimed: Vec<Claimed> = conn
-        .prepare_cached(&format!(
-            "UPDATE deliveries
-                SET state = 'in_flight', attempts = attempts + 1, lease_until = ?4, updated_at = ?3
-              WHERE id IN (
-                    SELECT d.id FROM deliveries d
-                     WHERE d.source = ?1 AND d.target = ?2 AND d.state = 'pending'
-                       AND d.next_attempt_at <= ?3 AND {CLAIMABLE} AND {NOT_PAUSED}
-                     ORDER BY d.next_attempt_at, d.id
-                     LIMIT ?5)
-             RETURNING id, event, attempts, schedule_base, idempotency_key"
-        ))?
-        .query_map(
-            params![req.source, req.target, now, lease_until, req.limit as i64],
-            |r| {
-                Ok(Claimed {
-                    delivery: r.get(0)?,
-                    event: r.get(1)?,
-                    attempt: r.get(2)?,
-                    schedule_base: r.get(3)?,
-                    idempotency_key: r.get(4)?,
-                })
-            },
-        )?
-        .collect::<rusqlite::Result<_>>()?;
+    let mut superseded = 0;
+    let mut claimed = Vec::new();
+    let mut rows = conn.prepare_cached(&format!(
+        "UPDATE deliveries
+            SET state = iif(c.outdated, 'superseded', 'in_flight'),
+                attempts = attempts + NOT c.outdated,
+                lease_until = iif(c.outdated, NULL, ?4),
+                last_error = iif(c.outdated, '{SUPERSEDED}', last_error),
+                updated_at = ?3
+           FROM (SELECT d.id, {outdated} AS outdated FROM deliveries d
+                  WHERE d.source = ?1 AND d.target = ?2 AND d.state = 'pending'
+                    AND d.next_attempt_at <= ?3 AND {CLAIMABLE} AND {NOT_PAUSED}
+                  ORDER BY d.next_attempt_at, d.id
+                  LIMIT ?5) AS c
+          WHERE deliveries.id = c.id
+         RETURNING id, event, attempts, schedule_base, idempotency_key, state"
+    ))?;
+    let mut rows = rows.query(params![
+        req.source,
+        req.target,
+        now,
+        lease_until,
+        req.limit as i64
+    ])?;
+    while let Some(r) = rows.next()? {
+        if r.get_ref(5)?.as_str()? == "superseded" {
+            superseded += 1;
+            continue;
+        }
+        claimed.push(Claimed {
+            delivery: r.get(0)?,
+            event: r.get(1)?,
+            attempt: r.get(2)?,
+            schedule_base: r.get(3)?,
+            idempotency_key: r.get(4)?,
+        });
+    }
+    drop(rows);
 
     // An attempt beyond the schedule can only come from a lease that expired on the last
     // attempt (a crash, every time): give up rather than loop forever.
@@ -200,25 +229,11 @@ pub fn claim(conn: &Connection, req: &ClaimRequest, now: &str) -> rusqlite::Resu
         )?
         .execute(params![c.delivery, now])?;
     }
-    Ok(ready)
-}
-
-/// Pending deliveries whose version is not newer than the last delivered one of their key
-/// become `superseded`.
-fn supersede(conn: &Connection, req: &ClaimRequest, now: &str) -> rusqlite::Result<()> {
-    conn.prepare_cached(&format!(
-        "UPDATE deliveries INDEXED BY deliveries_order
-            SET state = 'superseded', updated_at = ?3,
-                last_error = 'superseded: a version at least as new was already delivered'
-          WHERE source = ?1 AND target = ?2 AND state = 'pending' AND order_key IS NOT NULL
-            AND EXISTS (SELECT 1 FROM order_keys k
-                         WHERE k.source = deliveries.source AND k.target = deliveries.target
-                           AND k.order_key = deliveries.order_key
-                           AND {SAME_KIND}
-                           AND k.last_version >= deliveries.order_version)"
-    ))?
-    .execute(params![req.source, req.target, now])?;
-    Ok(())
+    Ok(Claims {
+        claimed: ready,
+        superseded,
+        rate_wait: None,
+    })
 }
 
 /// Records an attempt and moves its delivery to the next state. When the delivery had
@@ -428,10 +443,10 @@ pub fn settle(conn: &Connection, turn: &Turn, now: &str) -> rusqlite::Result<Set
     let Some(req) = &turn.claim else {
         return Ok(settled);
     };
-    let claimed = claim(conn, req, now)?;
-    let ids: Vec<i64> = claimed.iter().map(|c| c.event).collect();
+    let claims = claim(conn, req, now)?;
+    let ids: Vec<i64> = claims.claimed.iter().map(|c| c.event).collect();
     settled.events = Ok(events(conn, &ids)?);
-    if claimed.len() < req.limit {
+    if claims.claimed.len() + claims.superseded < req.limit {
         let paused = conn
             .prepare_cached(
                 "SELECT paused_at, paused_by FROM paused_targets WHERE source = ?1 AND target = ?2",
@@ -451,10 +466,7 @@ pub fn settle(conn: &Connection, turn: &Turn, now: &str) -> rusqlite::Result<Set
         };
         settled.look = Some((paused, due));
     }
-    settled.claims = Claims {
-        claimed,
-        rate_wait: None,
-    };
+    settled.claims = claims;
     Ok(settled)
 }
 
@@ -509,4 +521,172 @@ pub fn retire_targets(
         n += retire.execute(params![source, target, now])?;
     }
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    const T0: &str = "2026-01-01T00:00:00.000Z";
+    const NOW: &str = "2026-01-02T00:00:00.000Z";
+
+    fn inbox() -> (tempfile::TempDir, Connection) {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = super::super::open_writer(
+            &dir.path().join("inbox.db"),
+            crate::config::Synchronous::Normal,
+            true,
+        )
+        .unwrap();
+        (dir, conn)
+    }
+
+    /// `n` events of source `sw`, each with a delivery to `app` in `state`, the i-th of key
+    /// `{prefix}{i}` at version `version`; their delivery ids.
+    fn deliveries(conn: &Connection, prefix: &str, n: i64, version: i64, state: &str) -> Vec<i64> {
+        conn.execute(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?2)
+             INSERT INTO events (source, event_id, sha256, size, received_at)
+             SELECT 'sw', ?1 || i || '@' || ?3, 'x', 1, ?4 FROM n",
+            params![prefix, n, version, T0],
+        )
+        .unwrap();
+        conn.prepare(
+            "INSERT INTO deliveries (event, source, target, idempotency_key, state,
+                                     next_attempt_at, order_key, order_version, created_at,
+                                     updated_at)
+             SELECT id, 'sw', 'app', event_id, ?4, ?3, substr(event_id, 1, instr(event_id, '@') - 1),
+                    ?2, ?3, ?3
+               FROM events WHERE event_id LIKE ?1 || '%@' || ?2
+             RETURNING id",
+        )
+        .unwrap()
+        .query_map(params![prefix, version, T0, state], |r| r.get(0))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap()
+    }
+
+    /// Key `key` of `app` was last delivered at `version`.
+    fn delivered(conn: &Connection, key: &str, version: i64) {
+        conn.execute(
+            "INSERT INTO order_keys (source, target, order_key, last_version, updated_at)
+             VALUES ('sw', 'app', ?1, ?2, ?3)",
+            params![key, version, T0],
+        )
+        .unwrap();
+    }
+
+    fn request() -> ClaimRequest {
+        ClaimRequest {
+            source: "sw".into(),
+            target: "app".into(),
+            limit: 10,
+            lease: Duration::from_secs(30),
+            max_attempts: 5,
+            ordered: true,
+            rate: None,
+        }
+    }
+
+    fn row(conn: &Connection, id: i64) -> (String, i64, Option<String>, Option<String>) {
+        conn.query_row(
+            "SELECT state, attempts, last_error, lease_until FROM deliveries WHERE id = ?1",
+            [id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .unwrap()
+    }
+
+    fn claimed(claims: &Claims) -> (Vec<i64>, usize) {
+        let ids = claims.claimed.iter().map(|c| c.delivery).collect();
+        (ids, claims.superseded)
+    }
+
+    #[test]
+    fn a_claim_supersedes_the_outdated_versions_it_takes_and_claims_the_rest() {
+        let (_dir, conn) = inbox();
+        // Key "k1" was delivered at version 3; versions 1 and 2 came late, 5 is news. Key
+        // "j1" has nothing delivered.
+        delivered(&conn, "k1", 3);
+        let k1 = deliveries(&conn, "k", 1, 1, "pending")[0];
+        let k2 = deliveries(&conn, "k", 1, 2, "pending")[0];
+        let k5 = deliveries(&conn, "k", 1, 5, "pending")[0];
+        let j1 = deliveries(&conn, "j", 1, 1, "pending")[0];
+        // One version of a key per claim, in version order; the other key goes at once.
+        assert_eq!(
+            claimed(&claim(&conn, &request(), NOW).unwrap()),
+            (vec![j1], 1)
+        );
+        let (state, attempts, error, lease) = row(&conn, k1);
+        assert_eq!((state.as_str(), attempts, lease), ("superseded", 0, None));
+        assert_eq!(error.as_deref(), Some(SUPERSEDED));
+        assert_eq!(
+            claimed(&claim(&conn, &request(), NOW).unwrap()),
+            (vec![], 1)
+        );
+        assert_eq!(row(&conn, k2).0, "superseded");
+        assert_eq!(
+            claimed(&claim(&conn, &request(), NOW).unwrap()),
+            (vec![k5], 0)
+        );
+        let (state, attempts, _, lease) = row(&conn, k5);
+        assert_eq!((state.as_str(), attempts), ("in_flight", 1));
+        assert!(lease.is_some());
+
+        // Without ordering nothing is superseded, order keys or not.
+        let k0 = deliveries(&conn, "k", 1, 0, "pending")[0];
+        conn.execute(
+            "UPDATE deliveries SET state = 'delivered' WHERE id = ?1",
+            [k5],
+        )
+        .unwrap();
+        let unordered = ClaimRequest {
+            ordered: false,
+            ..request()
+        };
+        assert_eq!(
+            claimed(&claim(&conn, &unordered, NOW).unwrap()),
+            (vec![k0], 0)
+        );
+    }
+
+    /// The work of one claim from an ordered source does not grow with what the target
+    /// already delivered. Counted in SQLite's virtual machine steps, not time: a claim over
+    /// 100 times the history may do no more than twice the steps (before, a supersede pass
+    /// walked every ordered delivery of the target on each claim).
+    #[test]
+    fn a_claims_work_does_not_grow_with_the_delivered_history() {
+        let steps = |history: i64| {
+            let (_dir, mut conn) = inbox();
+            // Each key of the history delivered once, at version 1.
+            deliveries(&conn, "h", history, 1, "delivered");
+            conn.execute(
+                "INSERT INTO order_keys (source, target, order_key, last_version, updated_at)
+                 SELECT source, target, order_key, order_version, updated_at FROM deliveries",
+                [],
+            )
+            .unwrap();
+            // Ten of those keys have news; one more arrived late.
+            deliveries(&conn, "h", 10, 2, "pending");
+            deliveries(&conn, "h", 1, 0, "pending");
+            let counted = Arc::new(AtomicU64::new(0));
+            let count = counted.clone();
+            conn.progress_handler(
+                1,
+                Some(move || {
+                    count.fetch_add(1, Ordering::Relaxed);
+                    false
+                }),
+            )
+            .unwrap();
+            let claims = claim(&conn, &request(), NOW).unwrap();
+            assert_eq!((claims.claimed.len(), claims.superseded), (9, 1));
+            counted.load(Ordering::Relaxed)
+        };
+        let (small, large) = (steps(100), steps(10_000));
+        assert!(large <= 2 * small, "{small} steps, then {large}");
+    }
 }

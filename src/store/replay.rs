@@ -23,17 +23,6 @@ use super::sql::{self, Db, Dialect};
 /// by primary key.
 pub const CHUNK: usize = 500;
 
-/// A delivery under ordering that a newer (or the same) version of its key already passed:
-/// re-queued, it would only be superseded again.
-/// Versions compare only within one kind, as the queue compares them (`queue::SAME_KIND`).
-/// PostgreSQL's is [`super::pg::OUTDATED`], over its two version columns.
-const OUTDATED: &str = "(d.order_key IS NOT NULL AND EXISTS (
-        SELECT 1 FROM order_keys k
-         WHERE k.source = d.source AND k.target = d.target AND k.order_key = d.order_key
-           AND ((typeof(k.last_version) IN ('integer', 'real'))
-                = (typeof(d.order_version) IN ('integer', 'real')))
-           AND k.last_version >= d.order_version))";
-
 /// The event of delivery `d` still has its body (retention did not prune it).
 const HAS_PAYLOAD: &str = "EXISTS (SELECT 1 FROM payloads p WHERE p.event = d.event)";
 
@@ -241,9 +230,11 @@ fn eligible(dialect: Dialect) -> String {
     )
 }
 
+/// Under ordering, a delivery whose key already delivered a version at least as new: queued
+/// again, it would only be superseded.
 fn outdated(dialect: Dialect) -> &'static str {
     match dialect {
-        Dialect::Sqlite => OUTDATED,
+        Dialect::Sqlite => super::queue::OUTDATED,
         Dialect::Postgres => super::pg::OUTDATED,
     }
 }

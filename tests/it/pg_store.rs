@@ -1536,15 +1536,15 @@ async fn a_replica_that_looked_live_at_a_start_but_was_dead_leaves_a_gap() {
     server.stop().await;
 }
 
-/// The ordered claim runs its supersede pass and its claim as two statements, each reading
-/// its own snapshot (READ COMMITTED). An older version of a key committed between the two
-/// must not be claimed, which would deliver it after a newer one, but be superseded by the
-/// next claim. The interleaving is forced: another transaction holds a row the supersede
-/// pass must update, and the older version commits while the pass waits for it.
+/// Under ordering the claim judges each row it takes: an older version than its key's last
+/// delivered one is superseded, not claimed, in the same statement (one snapshot, so no
+/// version committed in between can slip through), and the rest of the claim goes ahead.
+/// A row another transaction holds is skipped, neither claimed nor superseded, and holds
+/// its key's newer versions back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn an_older_version_committed_during_a_claim_is_superseded_not_claimed() {
+async fn a_claim_supersedes_the_outdated_versions_it_takes_and_claims_the_rest() {
     use hookinbox::store::queue::ClaimRequest;
-    let Some(url) = database("pg_store::an_older_version_committed_during_a_claim").await else {
+    let Some(url) = database("pg_store::a_claim_supersedes_the_outdated_versions").await else {
         return;
     };
     let store = hookinbox::config::PgStore {
@@ -1557,8 +1557,7 @@ async fn an_older_version_committed_during_a_claim_is_superseded_not_claimed() {
         .await
         .unwrap();
     let db = pg_connect(&url).await;
-    // Key "k" was delivered at version 3; a delivery of version 1 is pending, outdated.
-    let pending = |event_id: &'static str, version: i64| {
+    let pending = |event_id: &'static str, key: &'static str, version: i64| {
         let db = &db;
         async move {
             db.query_one(
@@ -1568,82 +1567,88 @@ async fn an_older_version_committed_during_a_claim_is_superseded_not_claimed() {
                  INSERT INTO deliveries (event, source, target, idempotency_key, order_key,
                                          order_version_num, next_attempt_at, created_at,
                                          updated_at)
-                 SELECT id, 'sw', 'app', $1, 'k', $2::bigint, '2026-01-01T00:00:00.000Z',
+                 SELECT id, 'sw', 'app', $1, $2, $3::bigint, '2026-01-01T00:00:00.000Z',
                         '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z' FROM e
                  RETURNING id",
-                &[&event_id, &version],
+                &[&event_id, &key, &version],
             )
             .await
             .unwrap()
             .get::<_, i64>(0)
         }
     };
+    // Key "k" was delivered at version 3; versions 1 and 2 arrived late, 5 is news. Key "j"
+    // has nothing delivered.
     db.batch_execute(
         "INSERT INTO order_keys (source, target, order_key, last_num, updated_at)
          VALUES ('sw', 'app', 'k', 3, '2026-01-01T00:00:00.000Z')",
     )
     .await
     .unwrap();
-    let held = pending("v1", 1).await;
-    let mut holder = pg_connect(&url).await;
-    let hold = holder.transaction().await.unwrap();
-    hold.execute(
-        "SELECT 1 FROM deliveries WHERE id = $1 FOR UPDATE",
-        &[&held],
-    )
-    .await
-    .unwrap();
-
-    let request = || ClaimRequest {
-        source: "sw".into(),
-        target: "app".into(),
-        limit: 10,
-        lease: Duration::from_secs(30),
-        max_attempts: 5,
-        ordered: true,
-        rate: None,
-    };
-    let claiming = {
-        let inbox = inbox.clone();
-        let request = request();
-        tokio::spawn(async move { inbox.claim(request).await })
-    };
-    // The supersede pass waits for the held row; then version 2 commits.
-    wait_count(
-        &db,
-        "SELECT count(*) FROM pg_stat_activity
-          WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        1,
-        Duration::from_secs(10),
-    )
-    .await;
-    let late = pending("v2", 2).await;
-    hold.commit().await.unwrap();
-
-    let claimed: Vec<i64> = claiming
-        .await
-        .unwrap()
-        .unwrap()
-        .claimed
-        .iter()
-        .map(|c| c.delivery)
-        .collect();
-    assert!(
-        !claimed.contains(&late),
-        "version 2 claimed after 3 was delivered: {claimed:?}"
+    let (k1, k2, k5, j1) = (
+        pending("k1", "k", 1).await,
+        pending("k2", "k", 2).await,
+        pending("k5", "k", 5).await,
+        pending("j1", "j", 1).await,
     );
-    let state = |id: i64| {
+    let claim = || {
+        inbox.claim(ClaimRequest {
+            source: "sw".into(),
+            target: "app".into(),
+            limit: 10,
+            lease: Duration::from_secs(30),
+            max_attempts: 5,
+            ordered: true,
+            rate: None,
+        })
+    };
+    let row = |id: i64| {
         let db = &db;
         async move {
-            db.query_one("SELECT state FROM deliveries WHERE id = $1", &[&id])
+            let r = db
+                .query_one(
+                    "SELECT state, attempts, last_error, lease_until IS NULL
+                       FROM deliveries WHERE id = $1",
+                    &[&id],
+                )
                 .await
-                .unwrap()
-                .get::<_, String>(0)
+                .unwrap();
+            (
+                r.get::<_, String>(0),
+                r.get::<_, i32>(1),
+                r.get::<_, Option<String>>(2),
+                r.get::<_, bool>(3),
+            )
         }
     };
-    assert_eq!(state(held).await, "superseded");
-    assert_eq!(state(late).await, "pending", "left for the next claim");
-    let next = inbox.claim(request()).await.unwrap();
-    assert!(next.claimed.is_empty(), "{:?}", next.claimed.len());
-    assert_eq!(state(late).await, "superseded");
+    let ids = |claims: &hookinbox::store::queue::Claims| -> Vec<i64> {
+        claims.claimed.iter().map(|c| c.delivery).collect()
+    };
+
+    // Another transaction holds version 1: skipped, and it still holds 2 and 5 back.
+    let mut holder = pg_connect(&url).await;
+    let hold = holder.transaction().await.unwrap();
+    hold.execute("SELECT 1 FROM deliveries WHERE id = $1 FOR UPDATE", &[&k1])
+        .await
+        .unwrap();
+    let first = claim().await.unwrap();
+    assert_eq!((ids(&first), first.superseded), (vec![j1], 0));
+    assert_eq!(row(k1).await.0, "pending");
+    hold.rollback().await.unwrap();
+
+    // Then one version of "k" a claim: 1 and 2 are superseded, never attempted; 5 goes.
+    let second = claim().await.unwrap();
+    assert_eq!((ids(&second), second.superseded), (vec![], 1));
+    let (state, attempts, error, no_lease) = row(k1).await;
+    assert_eq!(
+        (state.as_str(), attempts, no_lease),
+        ("superseded", 0, true)
+    );
+    assert!(error.unwrap().starts_with("superseded: "));
+    let third = claim().await.unwrap();
+    assert_eq!((ids(&third), third.superseded), (vec![], 1));
+    assert_eq!(row(k2).await.0, "superseded");
+    let fourth = claim().await.unwrap();
+    assert_eq!((ids(&fourth), fourth.superseded), (vec![k5], 0));
+    assert_eq!(row(k5).await.0, "in_flight");
 }

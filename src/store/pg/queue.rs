@@ -18,7 +18,9 @@ use tokio_postgres::{Client, Transaction};
 use super::batch::{self, BatchError, Prepared, Slot};
 use crate::pg::text as pg_text;
 use crate::store::pause::Paused;
-use crate::store::queue::{ClaimRequest, Claimed, Claims, EventData, Finished, Next, Recorded};
+use crate::store::queue::{
+    ClaimRequest, Claimed, Claims, EventData, Finished, Next, Recorded, SUPERSEDED,
+};
 use crate::store::retention::{self, Pruned, Rule};
 use crate::store::writer::WriteError;
 
@@ -68,9 +70,9 @@ const CLAIMABLE: &str = concat!(
                              AND o.id < d.id))))))"
 );
 
-/// As `store::replay`'s SQLite `OUTDATED`: a delivery `d` under ordering whose key already
-/// passed a version at least as new, of the same kind (numbers with numbers, text with
-/// text, as SQLite compares them there).
+/// As the SQLite queue's `OUTDATED`: a delivery `d` under ordering whose key already
+/// delivered a version at least as new, of the same kind (numbers with numbers, text with
+/// text, as SQLite compares them there). The claim supersedes it; replay leaves it alone.
 pub(crate) const OUTDATED: &str = concat!(
     "(d.order_key IS NOT NULL
       AND (d.order_version_num IS NOT NULL OR d.order_version_text IS NOT NULL)
@@ -85,12 +87,6 @@ pub(crate) const OUTDATED: &str = concat!(
     "))"
 );
 
-/// A delivery's version (`deliveries`) and a key's last delivered one (`order_keys k`).
-const VERSION: &str = version_key!(
-    "deliveries.order_version_num",
-    "deliveries.order_version_text"
-);
-const LAST: &str = version_key!("k.last_num", "k.last_text");
 /// In the upsert of `order_keys`: the version being recorded is newer than the one kept
 /// (SQLite's `max`).
 const NEWER: &str = concat!(
@@ -162,8 +158,10 @@ async fn claim(
     now: &str,
 ) -> Result<Claims, tokio_postgres::Error> {
     let Some(rate) = &req.rate else {
+        let (claimed, superseded) = claim_up_to(tx, prepared, req, req.limit, now).await?;
         return Ok(Claims {
-            claimed: claim_up_to(tx, prepared, req, req.limit, now).await?,
+            claimed,
+            superseded,
             rate_wait: None,
         });
     };
@@ -194,8 +192,8 @@ async fn claim(
     let interval = rate.interval().as_secs_f64();
     let Some(row) = row else {
         return Ok(Claims {
-            claimed: Vec::new(),
             rate_wait: Some(rate.interval()),
+            ..Claims::default()
         });
     };
     let owed: f64 = row.get(0);
@@ -203,10 +201,10 @@ async fn claim(
     // A nanosecond's slack, so that rounding never refuses a whole interval's room.
     let room = ((capacity - owed) / interval + 1e-9).floor().max(0.0) as usize;
     let allowed = room.min(req.limit);
-    let claimed = if allowed > 0 {
+    let (claimed, superseded) = if allowed > 0 {
         claim_up_to(tx, prepared, req, allowed, now).await?
     } else {
-        Vec::new()
+        (Vec::new(), 0)
     };
     if !claimed.is_empty() {
         tx.execute(
@@ -218,22 +216,28 @@ async fn claim(
         .await?;
     }
     // Fewer than asked because of the rate (it gave less than asked, and all it gave was
-    // taken; fewer due is no reason to wait): when one more may start.
-    let rate_wait = (allowed < req.limit && claimed.len() == allowed).then(|| {
+    // used; fewer due is no reason to wait): when one more may start. Superseded rows
+    // send nothing, so they cost no room.
+    let rate_wait = (allowed < req.limit && claimed.len() + superseded == allowed).then(|| {
         let owed = owed + interval * claimed.len() as f64;
         std::time::Duration::from_secs_f64((owed - (capacity - interval)).max(0.0))
     });
-    Ok(Claims { claimed, rate_wait })
+    Ok(Claims {
+        claimed,
+        superseded,
+        rate_wait,
+    })
 }
 
-/// Claims at most `limit` due deliveries of the target.
+/// Claims at most `limit` due deliveries of the target; with them, how many of the rows it
+/// took it superseded instead.
 async fn claim_up_to(
     tx: &Transaction<'_>,
     prepared: &Prepared,
     req: &ClaimRequest,
     limit: usize,
     now: &str,
-) -> Result<Vec<Claimed>, tokio_postgres::Error> {
+) -> Result<(Vec<Claimed>, usize), tokio_postgres::Error> {
     // Only ordering needs the lock: without it, SKIP LOCKED alone gives each row to one
     // replica.
     if req.ordered {
@@ -245,53 +249,37 @@ async fn claim_up_to(
             .await?
             .get(0);
         if !locked {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), 0));
         }
-        tx.execute(
-            &format!(
-                "UPDATE deliveries
-                SET state = 'superseded', updated_at = $3,
-                    last_error = 'superseded: a version at least as new was already delivered'
-              WHERE source = $1 AND target = $2 AND state = 'pending' AND order_key IS NOT NULL
-                AND EXISTS (SELECT 1 FROM order_keys k
-                             WHERE k.source = deliveries.source AND k.target = deliveries.target
-                               AND k.order_key = deliveries.order_key
-                               AND (k.last_text IS NULL) = (deliveries.order_version_text IS NULL)
-                               AND {LAST} >= {VERSION})"
-            ),
-            &[&req.source, &req.target, &now],
-        )
-        .await?;
     }
     // The lease runs on the database's clock, as the sweep reads it: a replica whose clock
-    // is ahead cannot take another's live lease for expired. Under ordering, `NOT OUTDATED`
-    // again, though the statement above superseded such rows: under READ COMMITTED each
-    // statement reads its own snapshot, so an older version committed between the two
-    // would be claimed here and delivered after a newer one (the ordering test caught it
-    // once). Left pending, it is superseded by the next claim.
+    // is ahead cannot take another's live lease for expired. As on SQLite, a row taken
+    // whose key already delivered a version at least as new is superseded instead, judged
+    // in the same statement and so on the same snapshot as the ordering rule.
     let lease_seconds = req.lease.as_secs_f64();
-    let outdated = if req.ordered {
-        format!("AND NOT {OUTDATED}")
-    } else {
-        String::new()
-    };
+    let outdated = if req.ordered { OUTDATED } else { "false" };
     let limit = limit as i64;
     let update = prepared
         .get(
             tx,
             &format!(
                 "UPDATE deliveries
-                    SET state = 'in_flight', attempts = attempts + 1,
-                        lease_until = {DB_NOW_PLUS_SECONDS_4}, updated_at = $3
-                  WHERE id IN (
-                        SELECT d.id FROM deliveries d
-                         WHERE d.source = $1 AND d.target = $2 AND d.state = 'pending'
-                           AND d.next_attempt_at <= $3 AND {CLAIMABLE} AND {NOT_PAUSED}
-                           {outdated}
-                         ORDER BY d.next_attempt_at, d.id
-                         LIMIT $5
-                           FOR NO KEY UPDATE SKIP LOCKED)
-                 RETURNING id, event, attempts, schedule_base, idempotency_key"
+                    SET state = CASE WHEN c.outdated THEN 'superseded' ELSE 'in_flight' END,
+                        attempts = attempts + CASE WHEN c.outdated THEN 0 ELSE 1 END,
+                        lease_until = CASE WHEN c.outdated THEN NULL
+                                           ELSE {DB_NOW_PLUS_SECONDS_4} END,
+                        last_error = CASE WHEN c.outdated THEN '{SUPERSEDED}'
+                                          ELSE deliveries.last_error END,
+                        updated_at = $3
+                   FROM (SELECT d.id, {outdated} AS outdated FROM deliveries d
+                          WHERE d.source = $1 AND d.target = $2 AND d.state = 'pending'
+                            AND d.next_attempt_at <= $3 AND {CLAIMABLE} AND {NOT_PAUSED}
+                          ORDER BY d.next_attempt_at, d.id
+                          LIMIT $5
+                            FOR NO KEY UPDATE SKIP LOCKED) AS c
+                  WHERE deliveries.id = c.id
+                 RETURNING deliveries.id, event, attempts, schedule_base, idempotency_key,
+                           c.outdated"
             ),
         )
         .await?;
@@ -301,13 +289,17 @@ async fn claim_up_to(
             &[&req.source, &req.target, &now, &lease_seconds, &limit],
         )
         .await?;
-    let claimed = rows.iter().map(|r| Claimed {
-        delivery: r.get(0),
-        event: r.get(1),
-        attempt: u32::try_from(r.get::<_, i32>(2)).unwrap_or(0),
-        schedule_base: u32::try_from(r.get::<_, i32>(3)).unwrap_or(0),
-        idempotency_key: r.get(4),
-    });
+    let superseded = rows.iter().filter(|r| r.get::<_, bool>(5)).count();
+    let claimed = rows
+        .iter()
+        .filter(|r| !r.get::<_, bool>(5))
+        .map(|r| Claimed {
+            delivery: r.get(0),
+            event: r.get(1),
+            attempt: u32::try_from(r.get::<_, i32>(2)).unwrap_or(0),
+            schedule_base: u32::try_from(r.get::<_, i32>(3)).unwrap_or(0),
+            idempotency_key: r.get(4),
+        });
     // As on SQLite: an attempt beyond the schedule comes only from leases that expired on
     // the last attempt every time; it is given up rather than tried forever.
     let (exhausted, ready): (Vec<Claimed>, Vec<Claimed>) =
@@ -321,7 +313,7 @@ async fn claim_up_to(
         )
         .await?;
     }
-    Ok(ready)
+    Ok((ready, superseded))
 }
 
 async fn finish(
