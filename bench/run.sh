@@ -26,7 +26,9 @@
 # write_bytes: WAL frames, checkpoints, everything), and the events per commit (/metrics).
 # Then, once:
 #   forward     events stored while their target is paused, then resumed with a local HTTP
-#               sink (the bare server) up: accepted deliveries per second, first to last
+#               sink (the bare server) up: accepted deliveries per second, from the first
+#               acceptance to the last;
+#               once from a source with ordering (every event its own key), once without
 #   peer        the Debian package `webhook` (adnanh/webhook) with an HMAC-SHA256 rule,
 #               driven by the load generator as hookinbox is
 # wrk and webhook are installed with apt-get when missing and the script runs as root;
@@ -227,31 +229,41 @@ run_peer
 echo "$peer_note" >&2
 
 # Forwarding: events stored while the target is paused (so no attempt fails into a retry),
-# then it resumes with the sink up.
-config "$work/fwd.toml" "$work/fwd.db" "[[sources.targets]]
+# then it resumes with the sink up. Sets forward (deliveries/s, first to last acceptance as
+# the inbox recorded them), forward_cpu (server µs per delivery), rss_fwd and queued.
+forwarding() { # $1 = name, $2 = lines of the source before its target (e.g. its order)
+    config "$work/$1.toml" "$work/$1.db" "$2
+[[sources.targets]]
 name = \"sink\"
 url = \"http://127.0.0.1:$bare/sink\"
 concurrency = 32"
-"$bin/hookinbox" serve --config "$work/fwd.toml" 2>"$work/fwd.log" & fwd=$!; pids+=("$fwd")
-wait_port "$pub"
-"$bin/hookinbox" pause bench/sink --config "$work/fwd.toml" >/dev/null
-send "http://127.0.0.1:$pub" >/dev/null
-queued=$(sqlite3 "$work/fwd.db" "SELECT count(*) FROM events")
-cpu_before=$(awk '{print $14 + $15}' "/proc/$fwd/stat")
-"$bin/hookinbox" resume bench/sink --config "$work/fwd.toml" >/dev/null
-started=$(date +%s)
-while [ "$(sqlite3 "$work/fwd.db" "SELECT count(*) FROM deliveries WHERE state = 'delivered'")" -lt "$queued" ]; do
-    sleep 0.2
-    if [ $(($(date +%s) - started)) -gt 300 ]; then echo "forwarding did not finish" >&2; break; fi
-done
-cpu_after=$(awk '{print $14 + $15}' "/proc/$fwd/stat")
-# The span from the first to the last acceptance, as the inbox recorded it.
-forward=$(sqlite3 "$work/fwd.db" "SELECT count(*) / ((julianday(max(updated_at)) - julianday(min(updated_at))) * 86400.0)
-                                   FROM deliveries WHERE state = 'delivered'")
-forward_cpu=$(python3 -c "import os, sys; print(f'{(int(sys.argv[2]) - int(sys.argv[1])) / os.sysconf(\"SC_CLK_TCK\") * 1e6 / int(sys.argv[3]):.1f}')" \
-    "$cpu_before" "$cpu_after" "$queued")
-rss_fwd=$(awk '/VmHWM/ {print $2}' "/proc/$fwd/status")
-kill -TERM "$fwd"; wait "$fwd" || true
+    "$bin/hookinbox" serve --config "$work/$1.toml" 2>"$work/$1.log" & fwd=$!; pids+=("$fwd")
+    wait_port "$pub"
+    "$bin/hookinbox" pause bench/sink --config "$work/$1.toml" >/dev/null
+    send "http://127.0.0.1:$pub" >/dev/null
+    queued=$(sqlite3 "$work/$1.db" "SELECT count(*) FROM events")
+    local cpu_before cpu_after started
+    cpu_before=$(awk '{print $14 + $15}' "/proc/$fwd/stat")
+    "$bin/hookinbox" resume bench/sink --config "$work/$1.toml" >/dev/null
+    started=$(date +%s)
+    while [ "$(sqlite3 "$work/$1.db" "SELECT count(*) FROM deliveries WHERE state = 'delivered'")" -lt "$queued" ]; do
+        sleep 0.2
+        if [ $(($(date +%s) - started)) -gt 300 ]; then echo "forwarding ($1) did not finish" >&2; break; fi
+    done
+    cpu_after=$(awk '{print $14 + $15}' "/proc/$fwd/stat")
+    forward=$(sqlite3 "$work/$1.db" "SELECT count(*) / ((julianday(max(updated_at)) - julianday(min(updated_at))) * 86400.0)
+                                      FROM deliveries WHERE state = 'delivered'")
+    forward_cpu=$(python3 -c "import os, sys; print(f'{(int(sys.argv[2]) - int(sys.argv[1])) / os.sysconf(\"SC_CLK_TCK\") * 1e6 / int(sys.argv[3]):.1f}')" \
+        "$cpu_before" "$cpu_after" "$queued")
+    rss_fwd=$(awk '/VmHWM/ {print $2}' "/proc/$fwd/status")
+    kill -TERM "$fwd"; wait "$fwd" || true
+}
+# A source with ordering, every event its own key: the ordering rule's own cost (each claim
+# checks each row's key), which once grew with the backlog.
+forwarding fwd_ordered 'order = { key = "/id", version = "/event_id" }'
+ordered_row=$(printf '| forward, source with ordering | %.0f | %.2f | | | %s | | |' "$forward" "$(echo "$forward / $ceiling" | bc -l)" "$forward_cpu")
+ordered_queued=$queued
+forwarding fwd ''
 
 printf '\n%s rounds of %s s, %s connections; events/s and p50 are medians, p99 the worst round. A ratio\n' "$rounds" "$seconds" "$conns"
 printf 'is the median of the rounds'"'"' ratios, each run against the wrk ceiling of its own round, range in\n'
@@ -280,12 +292,13 @@ for label, name in rows:
           f"| {med('p50_ms'):.2f} | {max(r['p99_ms'] for r in runs):.2f} | {cpu} | {kib} | {per} |")
 PY
 printf '| forward to a local sink | %.0f | %.2f | | | %s | | |\n' "$forward" "$(echo "$forward / $ceiling" | bc -l)" "$forward_cpu"
+printf '%s\n' "$ordered_row"
 if [ -n "$peer" ]; then
     r=$(field "$peer" per_second)
     printf '| %s | %s | %.2f | %s | %s | | | |\n' "$peer_label" "$r" "$(echo "$r / $ceiling" | bc -l)" "$(field "$peer" p50_ms)" "$(field "$peer" p99_ms)"
 fi
-printf '\npeak RSS: %s KiB receiving, %s KiB forwarding; %s events stored in the rounds; %s forwarded\n' \
-    "$rss_recv" "$rss_fwd" "$stored" "$queued"
+printf '\npeak RSS: %s KiB receiving, %s KiB forwarding; %s events stored in the rounds; %s forwarded (%s with ordering)\n' \
+    "$rss_recv" "$rss_fwd" "$stored" "$queued" "$ordered_queued"
 totals() { # non-2xx/errors summed over a .jsonl file's runs
     python3 -c 'import json, sys; runs = [json.loads(l) for l in open(sys.argv[1])]
 print("/".join(str(sum(r[k] for r in runs)) for k in ("non_2xx", "errors")))' "$1"

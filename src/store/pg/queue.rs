@@ -52,22 +52,26 @@ macro_rules! version_key {
 }
 
 /// As the SQLite queue's CLAIMABLE: unordered rows, and per order key the pending delivery
-/// with the lowest version (then id), unless one of that key is in flight.
+/// with the lowest version (then id), unless one of that key is in flight. Two lookups,
+/// each with its state as an equality, so each is a seek in `deliveries_order`.
 const CLAIMABLE: &str = concat!(
-    "(d.order_key IS NULL OR NOT EXISTS (
+    "(d.order_key IS NULL OR (
+        NOT EXISTS (
         SELECT 1 FROM deliveries o
          WHERE o.source = d.source AND o.target = d.target
-           AND o.order_key = d.order_key AND o.id <> d.id
-           AND (o.state = 'in_flight'
-                OR (o.state = 'pending'
-                    AND (",
+           AND o.order_key = d.order_key AND o.state = 'in_flight')
+        AND NOT EXISTS (
+        SELECT 1 FROM deliveries o
+         WHERE o.source = d.source AND o.target = d.target
+           AND o.order_key = d.order_key AND o.state = 'pending' AND o.id <> d.id
+           AND (",
     version_key!("o.order_version_num", "o.order_version_text"),
     " < ",
     version_key!("d.order_version_num", "d.order_version_text"),
     "
-                         OR ((o.order_version_num, o.order_version_text)
-                             IS NOT DISTINCT FROM (d.order_version_num, d.order_version_text)
-                             AND o.id < d.id))))))"
+                OR ((o.order_version_num, o.order_version_text)
+                    IS NOT DISTINCT FROM (d.order_version_num, d.order_version_text)
+                    AND o.id < d.id)))))"
 );
 
 /// As the SQLite queue's `OUTDATED`: a delivery `d` under ordering whose key already
