@@ -187,7 +187,7 @@ pub fn claim(conn: &Connection, req: &ClaimRequest, now: &str) -> rusqlite::Resu
     let lease_until = clock::iso(SystemTime::now() + req.lease);
     let mut superseded = 0;
     let mut claimed = Vec::new();
-    let mut rows = conn.prepare_cached(&format!(
+    let mut statement = conn.prepare_cached(&format!(
         "UPDATE deliveries
             SET state = iif(c.outdated, 'superseded', 'in_flight'),
                 attempts = attempts + NOT c.outdated,
@@ -202,7 +202,7 @@ pub fn claim(conn: &Connection, req: &ClaimRequest, now: &str) -> rusqlite::Resu
           WHERE deliveries.id = c.id
          RETURNING id, event, attempts, schedule_base, idempotency_key, state"
     ))?;
-    let mut rows = rows.query(params![
+    let mut rows = statement.query(params![
         req.source,
         req.target,
         now,
@@ -222,7 +222,6 @@ pub fn claim(conn: &Connection, req: &ClaimRequest, now: &str) -> rusqlite::Resu
             idempotency_key: r.get(4)?,
         });
     }
-    drop(rows);
 
     // An attempt beyond the schedule can only come from a lease that expired on the last
     // attempt (a crash, every time): give up rather than loop forever.

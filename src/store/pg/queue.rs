@@ -293,17 +293,14 @@ async fn claim_up_to(
             &[&req.source, &req.target, &now, &lease_seconds, &limit],
         )
         .await?;
-    let superseded = rows.iter().filter(|r| r.get::<_, bool>(5)).count();
-    let claimed = rows
-        .iter()
-        .filter(|r| !r.get::<_, bool>(5))
-        .map(|r| Claimed {
-            delivery: r.get(0),
-            event: r.get(1),
-            attempt: u32::try_from(r.get::<_, i32>(2)).unwrap_or(0),
-            schedule_base: u32::try_from(r.get::<_, i32>(3)).unwrap_or(0),
-            idempotency_key: r.get(4),
-        });
+    let (superseded, taken): (Vec<_>, Vec<_>) = rows.iter().partition(|r| r.get::<_, bool>(5));
+    let claimed = taken.into_iter().map(|r| Claimed {
+        delivery: r.get(0),
+        event: r.get(1),
+        attempt: u32::try_from(r.get::<_, i32>(2)).unwrap_or(0),
+        schedule_base: u32::try_from(r.get::<_, i32>(3)).unwrap_or(0),
+        idempotency_key: r.get(4),
+    });
     // As on SQLite: an attempt beyond the schedule comes only from leases that expired on
     // the last attempt every time; it is given up rather than tried forever.
     let (exhausted, ready): (Vec<Claimed>, Vec<Claimed>) =
@@ -317,7 +314,7 @@ async fn claim_up_to(
         )
         .await?;
     }
-    Ok((ready, superseded))
+    Ok((ready, superseded.len()))
 }
 
 async fn finish(
