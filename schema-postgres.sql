@@ -265,3 +265,18 @@ ALTER TABLE deliveries DROP CONSTRAINT deliveries_idempotency_key_key;
 -- rebuild holds the table's writes while it runs (README, "Upgrade").
 DROP INDEX deliveries_due;
 CREATE INDEX deliveries_due ON deliveries (source, target, state, next_attempt_at, id);
+
+-- migrate: 5
+
+-- A claim from an ordered source takes, per order key, the key's first pending delivery in
+-- version order. The index now ends in the version's sort key and the id, so that row is
+-- the first entry under (source, target, order_key, 'pending'): one seek. Before, the test
+-- was "no pending row of the key before this one", which the planner ran as a sequential
+-- scan per candidate: a minute for one claim over a key with 20,000 waiting versions.
+-- The rebuild holds the table's writes while it runs (README, "Upgrade").
+DROP INDEX deliveries_order;
+CREATE INDEX deliveries_order ON deliveries
+    (source, target, order_key, state,
+     (order_version_text IS NOT NULL), coalesce(order_version_num, 0),
+     coalesce(order_version_text, ''), id)
+    WHERE order_key IS NOT NULL;

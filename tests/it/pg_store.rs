@@ -612,8 +612,9 @@ async fn postgres_stopped_under_load_answers_503_and_ingest_resumes() {
 /// A claim takes a target's first due deliveries in `(next_attempt_at, id)` order
 /// (`pg::queue::claim_up_to`); the index must give that order, or PostgreSQL reads and
 /// sorts every due row of the target for each claim (26 ms at 48,000 pending,
-/// BENCHMARKS.md). With sorting and the other scans priced out, the plan of the claim's
-/// search shows a Sort node unless the index serves it.
+/// BENCHMARKS.md). With sorting and the other scans priced out, the plan of the claim (the
+/// statement the code runs, with and without ordering) shows a Sort node unless the index
+/// serves it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_claim_reads_the_first_due_deliveries_off_the_index() {
     let Some(url) =
@@ -629,23 +630,86 @@ async fn a_claim_reads_the_first_due_deliveries_off_the_index() {
     )
     .await
     .unwrap();
+    let (lease, limit) = (30.0f64, 32i64);
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
+        [&"sw", &"app", &"9999", &lease, &limit];
+    for ordered in [false, true] {
+        let statement = hookinbox::store::pg::claim_statement(ordered);
+        let plan: Vec<String> = db
+            .query(&format!("EXPLAIN {statement}"), &params)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let plan = plan.join("\n");
+        assert!(plan.contains("deliveries_due"), "{plan}");
+        assert!(!plan.contains("Sort"), "{plan}");
+    }
+    server.stop().await;
+}
+
+/// One order key with 20,000 versions waiting behind 30,000 delivered, all at the table's
+/// end and in falling versions, so that the key's first version is the last row: the claim
+/// (the statement the code runs) finds that row and only it, each candidate's test a seek
+/// in `deliveries_order`. Planned as a sequential scan per candidate, as the `NOT EXISTS`
+/// form of the test was, one such claim took a minute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_finds_a_busy_keys_first_version_with_a_seek_not_a_scan() {
+    let Some(url) = database("pg_store::a_claim_finds_a_busy_keys_first_version").await else {
+        return;
+    };
+    // Migrated by a real serve, then stopped: nothing else claims.
+    TestServer::start_store(&pg_store(&url), &ordered_source(""))
+        .await
+        .stop()
+        .await;
+    let mut db = pg_connect(&url).await;
+    db.batch_execute(
+        "INSERT INTO events (id, source, event_id, sha256, size, received_at)
+         SELECT i, 'sw', 'evt_' || i, '', 0, '2026-01-01T00:00:00.000Z'
+           FROM generate_series(1, 50000) i;
+         INSERT INTO deliveries (id, event, source, target, idempotency_key, state,
+                                 next_attempt_at, order_key, order_version_num,
+                                 created_at, updated_at)
+         SELECT i, i, 'sw', 'app', 'key_' || i,
+                CASE WHEN i <= 30000 THEN 'delivered' ELSE 'pending' END,
+                '2026-01-01T00:00:00.000Z', 'hot',
+                CASE WHEN i <= 30000 THEN i ELSE 100000 - i END,
+                '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z'
+           FROM generate_series(1, 50000) i;
+         INSERT INTO order_keys (source, target, order_key, last_num, updated_at)
+         VALUES ('sw', 'app', 'hot', 30000, '2026-01-01T00:00:00.000Z');
+         ANALYZE",
+    )
+    .await
+    .unwrap();
+    let statement = hookinbox::store::pg::claim_statement(true);
+    let now = "2026-12-31T00:00:00.000Z";
+    let (lease, limit) = (30.0f64, 64i64);
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
+        [&"sw", &"app", &now, &lease, &limit];
     let plan: Vec<String> = db
-        .query(
-            "EXPLAIN SELECT d.id FROM deliveries d
-              WHERE d.source = $1 AND d.target = $2 AND d.state = 'pending'
-                AND d.next_attempt_at <= $3
-              ORDER BY d.next_attempt_at, d.id LIMIT 32",
-            &[&"sw", &"app", &"9999"],
-        )
+        .query(&format!("EXPLAIN {statement}"), &params)
         .await
         .unwrap()
         .iter()
         .map(|r| r.get(0))
         .collect();
     let plan = plan.join("\n");
-    assert!(plan.contains("deliveries_due"), "{plan}");
-    assert!(!plan.contains("Sort"), "{plan}");
-    server.stop().await;
+    assert!(!plan.contains("Seq Scan on deliveries"), "{plan}");
+    assert!(plan.contains("Index Scan using deliveries_order"), "{plan}");
+    // Run, then rolled back: the one row taken is the key's lowest version.
+    let tx = db.transaction().await.unwrap();
+    let taken: Vec<(i64, bool)> = tx
+        .query(&statement, &params)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(5)))
+        .collect();
+    assert_eq!(taken, vec![(50000, false)]);
+    tx.rollback().await.unwrap();
 }
 
 /// A SQLite inbox with delivered, pending and paused deliveries, attempts, a conflict and

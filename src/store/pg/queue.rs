@@ -36,42 +36,50 @@ pub struct Batch;
 
 /// The sort key of an order version kept as `$num` (numeric) and `$text` (text COLLATE
 /// "C"): a version compares as SQLite compares its dynamically typed column, numbers before
-/// text, numbers by value, text byte by byte. The one definition every comparison uses.
-macro_rules! version_key {
+/// text, numbers by value, text byte by byte. The one definition every comparison uses:
+/// `version_key!` as a row, `version_columns!` as the list `deliveries_order` ends in.
+macro_rules! version_columns {
     ($num:literal, $text:literal) => {
         concat!(
-            "(",
             $text,
             " IS NOT NULL, coalesce(",
             $num,
             ", 0), coalesce(",
             $text,
-            ", ''))"
+            ", '')"
         )
+    };
+}
+macro_rules! version_key {
+    ($num:literal, $text:literal) => {
+        concat!("(", version_columns!($num, $text), ")")
     };
 }
 
 /// As the SQLite queue's CLAIMABLE: unordered rows, and per order key the pending delivery
-/// with the lowest version (then id), unless one of that key is in flight. Two lookups,
-/// each with its state as an equality, so each is a seek in `deliveries_order`.
+/// with the lowest version (then id), unless one of that key is in flight.
+///
+/// The second test asks for the key's first pending row in `deliveries_order`, which ends
+/// in the version and the id: one seek, whatever the key holds. Written as SQLite's (no
+/// pending row of the key before this one, `NOT EXISTS`), PostgreSQL's planner probed it
+/// with a sequential scan, expecting a key that holds a third of the table to show an
+/// earlier version within a few rows; they were all at the table's end: 64 s for one claim
+/// over 20,000 pending versions of one key behind 30,000 delivered (BENCHMARKS.md,
+/// "Forwarding").
 const CLAIMABLE: &str = concat!(
     "(d.order_key IS NULL OR (
         NOT EXISTS (
         SELECT 1 FROM deliveries o
          WHERE o.source = d.source AND o.target = d.target
            AND o.order_key = d.order_key AND o.state = 'in_flight')
-        AND NOT EXISTS (
-        SELECT 1 FROM deliveries o
+        AND d.id = (
+        SELECT o.id FROM deliveries o
          WHERE o.source = d.source AND o.target = d.target
-           AND o.order_key = d.order_key AND o.state = 'pending' AND o.id <> d.id
-           AND (",
-    version_key!("o.order_version_num", "o.order_version_text"),
-    " < ",
-    version_key!("d.order_version_num", "d.order_version_text"),
-    "
-                OR ((o.order_version_num, o.order_version_text)
-                    IS NOT DISTINCT FROM (d.order_version_num, d.order_version_text)
-                    AND o.id < d.id)))))"
+           AND o.order_key = d.order_key AND o.state = 'pending'
+         ORDER BY ",
+    version_columns!("o.order_version_num", "o.order_version_text"),
+    ", o.id
+         LIMIT 1)))"
 );
 
 /// As the SQLite queue's `OUTDATED`: a delivery `d` under ordering whose key already
@@ -233,6 +241,37 @@ async fn claim(
     })
 }
 
+/// The statement that claims a target's due deliveries: `$1` source, `$2` target, `$3` the
+/// inbox time now, `$4` the lease in seconds, `$5` how many. Public for the test that
+/// reads its plan.
+///
+/// The lease runs on the database's clock, as the sweep reads it: a replica whose clock
+/// is ahead cannot take another's live lease for expired. As on SQLite, a row taken
+/// whose key already delivered a version at least as new is superseded instead, judged
+/// in the same statement and so on the same snapshot as the ordering rule.
+pub fn claim_statement(ordered: bool) -> String {
+    let outdated = if ordered { OUTDATED } else { "false" };
+    format!(
+        "UPDATE deliveries
+            SET state = CASE WHEN c.outdated THEN 'superseded' ELSE 'in_flight' END,
+                attempts = attempts + CASE WHEN c.outdated THEN 0 ELSE 1 END,
+                lease_until = CASE WHEN c.outdated THEN NULL
+                                   ELSE {DB_NOW_PLUS_SECONDS_4} END,
+                last_error = CASE WHEN c.outdated THEN '{SUPERSEDED}'
+                                  ELSE deliveries.last_error END,
+                updated_at = $3
+           FROM (SELECT d.id, {outdated} AS outdated FROM deliveries d
+                  WHERE d.source = $1 AND d.target = $2 AND d.state = 'pending'
+                    AND d.next_attempt_at <= $3 AND {CLAIMABLE} AND {NOT_PAUSED}
+                  ORDER BY d.next_attempt_at, d.id
+                  LIMIT $5
+                    FOR NO KEY UPDATE SKIP LOCKED) AS c
+          WHERE deliveries.id = c.id
+         RETURNING deliveries.id, event, attempts, schedule_base, idempotency_key,
+                   c.outdated"
+    )
+}
+
 /// Claims at most `limit` due deliveries of the target; with them, how many of the rows it
 /// took it superseded instead.
 async fn claim_up_to(
@@ -256,37 +295,9 @@ async fn claim_up_to(
             return Ok((Vec::new(), 0));
         }
     }
-    // The lease runs on the database's clock, as the sweep reads it: a replica whose clock
-    // is ahead cannot take another's live lease for expired. As on SQLite, a row taken
-    // whose key already delivered a version at least as new is superseded instead, judged
-    // in the same statement and so on the same snapshot as the ordering rule.
     let lease_seconds = req.lease.as_secs_f64();
-    let outdated = if req.ordered { OUTDATED } else { "false" };
     let limit = limit as i64;
-    let update = prepared
-        .get(
-            tx,
-            &format!(
-                "UPDATE deliveries
-                    SET state = CASE WHEN c.outdated THEN 'superseded' ELSE 'in_flight' END,
-                        attempts = attempts + CASE WHEN c.outdated THEN 0 ELSE 1 END,
-                        lease_until = CASE WHEN c.outdated THEN NULL
-                                           ELSE {DB_NOW_PLUS_SECONDS_4} END,
-                        last_error = CASE WHEN c.outdated THEN '{SUPERSEDED}'
-                                          ELSE deliveries.last_error END,
-                        updated_at = $3
-                   FROM (SELECT d.id, {outdated} AS outdated FROM deliveries d
-                          WHERE d.source = $1 AND d.target = $2 AND d.state = 'pending'
-                            AND d.next_attempt_at <= $3 AND {CLAIMABLE} AND {NOT_PAUSED}
-                          ORDER BY d.next_attempt_at, d.id
-                          LIMIT $5
-                            FOR NO KEY UPDATE SKIP LOCKED) AS c
-                  WHERE deliveries.id = c.id
-                 RETURNING deliveries.id, event, attempts, schedule_base, idempotency_key,
-                           c.outdated"
-            ),
-        )
-        .await?;
+    let update = prepared.get(tx, &claim_statement(req.ordered)).await?;
     let rows = tx
         .query(
             &update,
