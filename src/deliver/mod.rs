@@ -541,7 +541,7 @@ async fn run_target(
                     }
                     Some(Taken {
                         claims,
-                        superseded,
+                        not_sent,
                         mut events,
                         rate_wait,
                         look,
@@ -549,8 +549,8 @@ async fn run_target(
                         if let Some(p) = &mut pace {
                             p.take(claims.len(), Instant::now());
                         }
-                        // Rows superseded rather than claimed used the claim's limit too.
-                        let all = asked > 0 && claims.len() + superseded == asked;
+                        // Rows superseded or given up used the claim's limit too.
+                        let all = asked > 0 && claims.len() + not_sent == asked;
                         for c in claims {
                             let event = match &mut events {
                                 Ok(found) => Ok(found.remove(&c.event)),
@@ -633,8 +633,9 @@ async fn run_target(
 /// What a turn claimed, ready to start.
 struct Taken {
     claims: Vec<Claimed>,
-    /// Rows the claim took and superseded (an older version of a key).
-    superseded: usize,
+    /// Rows the claim took but sends no attempt for: superseded (an older version of a
+    /// key) or given up (its last attempt never finished).
+    not_sent: usize,
     events: Result<std::collections::HashMap<i64, EventData>, String>,
     /// Replicas sharing a rate: how long until one more may start.
     rate_wait: Option<Duration>,
@@ -685,7 +686,7 @@ async fn turn(
     }
     Some(Taken {
         claims: settled.claims.claimed,
-        superseded: settled.claims.superseded,
+        not_sent: settled.claims.superseded + settled.claims.given_up,
         events: settled.events,
         rate_wait: settled.claims.rate_wait,
         look: settled.look.map(|(paused, due)| {

@@ -98,7 +98,7 @@ impl Store {
                             return Ok(settled);
                         }
                     }
-                    if settled.claims.claimed.len() + settled.claims.superseded < limit {
+                    if settled.claims.taken() < limit {
                         look = Some((source, target));
                     }
                 }

@@ -90,9 +90,19 @@ pub struct Claims {
     /// How many of the rows the claim took were superseded instead of claimed ([`claim`]):
     /// with the claimed ones, what the claim used of its limit.
     pub superseded: usize,
+    /// How many it gave up instead (`dead`: the last attempt's lease expired every time).
+    pub given_up: usize,
     /// When a rate shared with other replicas gave fewer than asked: how long until one
     /// more may start.
     pub rate_wait: Option<Duration>,
+}
+
+impl Claims {
+    /// Every row the claim took: claimed, superseded or given up. Fewer than asked means
+    /// no other due row of the target was claimable when it ran.
+    pub fn taken(&self) -> usize {
+        self.claimed.len() + self.superseded + self.given_up
+    }
 }
 
 /// One claimed delivery, ready for an attempt.
@@ -228,6 +238,7 @@ pub fn claim(conn: &Connection, req: &ClaimRequest, now: &str) -> rusqlite::Resu
     let (exhausted, ready): (Vec<Claimed>, Vec<Claimed>) = claimed
         .into_iter()
         .partition(|c| c.in_schedule() > req.max_attempts);
+    let given_up = exhausted.len();
     for c in exhausted {
         conn.prepare_cached(
             "UPDATE deliveries SET state = 'dead', lease_until = NULL, updated_at = ?2,
@@ -239,6 +250,7 @@ pub fn claim(conn: &Connection, req: &ClaimRequest, now: &str) -> rusqlite::Resu
     Ok(Claims {
         claimed: ready,
         superseded,
+        given_up,
         rate_wait: None,
     })
 }
@@ -332,6 +344,16 @@ pub fn sweep(conn: &Connection, now: &str) -> rusqlite::Result<usize> {
 /// that one finishes, which wakes the target's loop. Nothing is due while the target is
 /// paused.
 pub fn next_due(conn: &Connection, source: &str, target: &str) -> rusqlite::Result<Option<String>> {
+    next_due_after(conn, source, target, "")
+}
+
+/// [`next_due`], among the deliveries due after `after` (inbox text; "" for all).
+fn next_due_after(
+    conn: &Connection,
+    source: &str,
+    target: &str,
+    after: &str,
+) -> rusqlite::Result<Option<String>> {
     if is_paused(conn, source, target)? {
         return Ok(None);
     }
@@ -339,11 +361,11 @@ pub fn next_due(conn: &Connection, source: &str, target: &str) -> rusqlite::Resu
         // ORDER BY … LIMIT 1 rather than min(): the index is walked in due order and stops at
         // the first claimable row, instead of testing every pending row.
         "SELECT d.next_attempt_at FROM deliveries d
-          WHERE d.source = ?1 AND d.target = ?2 AND d.state = 'pending' AND {CLAIMABLE}
-            AND {NOT_PAUSED}
+          WHERE d.source = ?1 AND d.target = ?2 AND d.state = 'pending'
+            AND d.next_attempt_at > ?3 AND {CLAIMABLE} AND {NOT_PAUSED}
           ORDER BY d.next_attempt_at LIMIT 1"
     ))?
-    .query_row([source, target], |r| r.get(0))
+    .query_row([source, target, after], |r| r.get(0))
     .optional()
 }
 
@@ -453,7 +475,7 @@ pub fn settle(conn: &Connection, turn: &Turn, now: &str) -> rusqlite::Result<Set
     let claims = claim(conn, req, now)?;
     let ids: Vec<i64> = claims.claimed.iter().map(|c| c.event).collect();
     settled.events = Ok(events(conn, &ids)?);
-    if claims.claimed.len() + claims.superseded < req.limit {
+    if claims.taken() < req.limit {
         let paused = conn
             .prepare_cached(
                 "SELECT paused_at, paused_by FROM paused_targets WHERE source = ?1 AND target = ?2",
@@ -469,6 +491,14 @@ pub fn settle(conn: &Connection, turn: &Turn, now: &str) -> rusqlite::Result<Set
             .optional()?;
         let due = match paused {
             Some(_) => None,
+            // The claim took every due row it could, and each is in flight now, holding its
+            // key: what comes due next is due later. Looking only there skips the due rows
+            // held behind a key in flight, which a key with thousands of versions waiting
+            // would otherwise have read twice a turn, inside the writer's job.
+            None if claims.superseded == 0 && claims.given_up == 0 => {
+                next_due_after(conn, &req.source, &req.target, now)?
+            }
+            // A row superseded or given up frees its key's next version, which may be due.
             None => next_due(conn, &req.source, &req.target)?,
         };
         settled.look = Some((paused, due));
@@ -726,5 +756,102 @@ mod tests {
         };
         let (small, large) = (steps(100), steps(10_000));
         assert!(large <= 2 * small, "{small} steps, then {large}");
+    }
+
+    /// One key with `versions` versions pending, all due, the first taken by the turn's
+    /// claim; and one key whose only version is due tomorrow. The turn's look then says
+    /// tomorrow, and reads no more than a few rows for it: the versions held behind the one
+    /// in flight are not read a second time (they were, once per turn, inside the writer's
+    /// job). A superseded row frees its key's next version, due now: then the look says now.
+    #[test]
+    fn a_turns_look_skips_the_versions_held_behind_a_key_in_flight() {
+        const TOMORROW: &str = "2026-01-03T00:00:00.000Z";
+        let hot_key = |conn: &Connection, versions: i64| {
+            conn.execute(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
+                 INSERT INTO events (source, event_id, sha256, size, received_at)
+                 SELECT 'sw', 'hot@' || i, 'x', 1, ?2 FROM n",
+                params![versions, T0],
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO deliveries (event, source, target, idempotency_key,
+                                         next_attempt_at, order_key, order_version,
+                                         created_at, updated_at)
+                 SELECT id, 'sw', 'app', event_id, ?1, 'hot',
+                        CAST(substr(event_id, 5) AS INTEGER), ?1, ?1
+                   FROM events WHERE event_id LIKE 'hot@%'",
+                [T0],
+            )
+            .unwrap();
+        };
+        let later = |conn: &Connection| {
+            let later = deliveries(conn, "later", 1, 1, "pending")[0];
+            conn.execute(
+                "UPDATE deliveries SET next_attempt_at = ?2 WHERE id = ?1",
+                params![later, TOMORROW],
+            )
+            .unwrap();
+        };
+        // The VM steps of one turn, and of its claim alone on the same rows.
+        let steps = |versions: i64| {
+            let count = |turn: bool| {
+                let (_dir, mut conn) = inbox();
+                hot_key(&conn, versions);
+                later(&conn);
+                let counted = Arc::new(AtomicU64::new(0));
+                let counter = counted.clone();
+                conn.progress_handler(
+                    1,
+                    Some(move || {
+                        counter.fetch_add(1, Ordering::Relaxed);
+                        false
+                    }),
+                )
+                .unwrap();
+                if turn {
+                    let settled = settle(
+                        &conn,
+                        &Turn {
+                            results: Vec::new(),
+                            claim: Some(request()),
+                        },
+                        NOW,
+                    )
+                    .unwrap();
+                    assert_eq!(settled.claims.claimed.len(), 1);
+                    assert_eq!(settled.look, Some((None, Some(TOMORROW.to_owned()))));
+                } else {
+                    assert_eq!(claim(&conn, &request(), NOW).unwrap().claimed.len(), 1);
+                }
+                counted.load(Ordering::Relaxed)
+            };
+            (count(true), count(false))
+        };
+        for versions in [100, 10_000] {
+            let (turn, claim_alone) = steps(versions);
+            assert!(
+                turn <= claim_alone + 2_000,
+                "{versions} versions: the turn took {turn} steps, its claim {claim_alone}"
+            );
+        }
+
+        // Version 1 of the key is outdated: the claim supersedes it, and version 2, due,
+        // is claimable now.
+        let (_dir, conn) = inbox();
+        hot_key(&conn, 3);
+        later(&conn);
+        delivered(&conn, "hot", 1);
+        let settled = settle(
+            &conn,
+            &Turn {
+                results: Vec::new(),
+                claim: Some(request()),
+            },
+            NOW,
+        )
+        .unwrap();
+        assert_eq!(claimed(&settled.claims), (vec![], 1));
+        assert_eq!(settled.look, Some((None, Some(T0.to_owned()))));
     }
 }

@@ -170,12 +170,7 @@ async fn claim(
     now: &str,
 ) -> Result<Claims, tokio_postgres::Error> {
     let Some(rate) = &req.rate else {
-        let (claimed, superseded) = claim_up_to(tx, prepared, req, req.limit, now).await?;
-        return Ok(Claims {
-            claimed,
-            superseded,
-            rate_wait: None,
-        });
+        return claim_up_to(tx, prepared, req, req.limit, now).await;
     };
     // The shared bucket (`target_paces`): what is owed of it now, in seconds. Its row is
     // taken without waiting; a replica claiming this target right now has it, and this one
@@ -213,32 +208,29 @@ async fn claim(
     // A nanosecond's slack, so that rounding never refuses a whole interval's room.
     let room = ((capacity - owed) / interval + 1e-9).floor().max(0.0) as usize;
     let allowed = room.min(req.limit);
-    let (claimed, superseded) = if allowed > 0 {
+    let mut claims = if allowed > 0 {
         claim_up_to(tx, prepared, req, allowed, now).await?
     } else {
-        (Vec::new(), 0)
+        Claims::default()
     };
-    if !claimed.is_empty() {
+    let sent = claims.claimed.len();
+    if sent > 0 {
         tx.execute(
             "UPDATE target_paces
                 SET full_at = greatest(full_at, now()) + $3::float8 * interval '1 second'
               WHERE source = $1 AND target = $2",
-            &[source, target, &(interval * claimed.len() as f64)],
+            &[source, target, &(interval * sent as f64)],
         )
         .await?;
     }
     // Fewer than asked because of the rate (it gave less than asked, and all it gave was
-    // used; fewer due is no reason to wait): when one more may start. Superseded rows
-    // send nothing, so they cost no room.
-    let rate_wait = (allowed < req.limit && claimed.len() + superseded == allowed).then(|| {
-        let owed = owed + interval * claimed.len() as f64;
+    // used; fewer due is no reason to wait): when one more may start. Rows superseded or
+    // given up send nothing, so they cost no room.
+    claims.rate_wait = (allowed < req.limit && claims.taken() == allowed).then(|| {
+        let owed = owed + interval * sent as f64;
         std::time::Duration::from_secs_f64((owed - (capacity - interval)).max(0.0))
     });
-    Ok(Claims {
-        claimed,
-        superseded,
-        rate_wait,
-    })
+    Ok(claims)
 }
 
 /// The statement that claims a target's due deliveries: `$1` source, `$2` target, `$3` the
@@ -273,14 +265,14 @@ pub fn claim_statement(ordered: bool) -> String {
 }
 
 /// Claims at most `limit` due deliveries of the target; with them, how many of the rows it
-/// took it superseded instead.
+/// took it superseded or gave up instead.
 async fn claim_up_to(
     tx: &Transaction<'_>,
     prepared: &Prepared,
     req: &ClaimRequest,
     limit: usize,
     now: &str,
-) -> Result<(Vec<Claimed>, usize), tokio_postgres::Error> {
+) -> Result<Claims, tokio_postgres::Error> {
     // Only ordering needs the lock: without it, SKIP LOCKED alone gives each row to one
     // replica.
     if req.ordered {
@@ -292,7 +284,7 @@ async fn claim_up_to(
             .await?
             .get(0);
         if !locked {
-            return Ok((Vec::new(), 0));
+            return Ok(Claims::default());
         }
     }
     let lease_seconds = req.lease.as_secs_f64();
@@ -316,6 +308,7 @@ async fn claim_up_to(
     // the last attempt every time; it is given up rather than tried forever.
     let (exhausted, ready): (Vec<Claimed>, Vec<Claimed>) =
         claimed.partition(|c| c.in_schedule() > req.max_attempts);
+    let given_up = exhausted.len();
     for c in exhausted {
         tx.execute(
             "UPDATE deliveries SET state = 'dead', lease_until = NULL, updated_at = $2,
@@ -325,7 +318,12 @@ async fn claim_up_to(
         )
         .await?;
     }
-    Ok((ready, superseded.len()))
+    Ok(Claims {
+        claimed: ready,
+        superseded: superseded.len(),
+        given_up,
+        rate_wait: None,
+    })
 }
 
 async fn finish(
