@@ -122,19 +122,19 @@ pub async fn submit<J, T>(
     crate::store::writer::queue_and_wait(queue, Op::Job(make(reply)), wait_for_room, answer).await
 }
 
-/// The batcher's loop; ends when every sender is dropped and the queue is drained.
+/// The batcher's loop; ends when every sender is dropped and the queue is drained. It
+/// connects with `connector` when it first has work, and again after a failure.
 /// `health`, when given, is what `/readyz` reads: false after a failed batch, true again
 /// after a committed one (or a probe write that succeeded).
 pub async fn run<K: Kind>(
     name: &'static str,
     connector: Connector,
-    client: Option<Client>,
     mut rx: mpsc::Receiver<Op<K::Job>>,
     kind: K,
     health: Option<Arc<Health>>,
 ) {
     let mut ops = Vec::with_capacity(MAX_BATCH);
-    let mut client = client.map(Session::new);
+    let mut client: Option<Session> = None;
     let mut last_commit = Instant::now();
     while rx.recv_many(&mut ops, MAX_BATCH).await > 0 {
         let mut jobs = Vec::with_capacity(ops.len());

@@ -274,16 +274,11 @@ async fn claim_up_to(
     now: &str,
 ) -> Result<Claims, tokio_postgres::Error> {
     // Only ordering needs the lock: without it, SKIP LOCKED alone gives each row to one
-    // replica. With ordering the claim also asks, for this transaction, for a plan made
-    // for the tables as they are now: after five claims PostgreSQL may keep a generic plan
-    // instead, costed on the sizes the tables had then. One made while `order_keys` was
-    // nearly empty scanned it for every row taken, 15 ms a claim and growing as keys were
-    // delivered, where a fresh plan seeks its key in 1 ms.
+    // replica.
     if req.ordered {
         let locked: bool = tx
             .query_one(
-                "SELECT pg_try_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0)),
-                        set_config('plan_cache_mode', 'force_custom_plan', true)",
+                "SELECT pg_try_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0))",
                 &[&req.source, &req.target],
             )
             .await?
