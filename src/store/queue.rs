@@ -642,6 +642,42 @@ mod tests {
         (ids, claims.superseded)
     }
 
+    /// Versions 1 to `n` of key "hot" (events `hot@1` …), all due at T0, in `state`.
+    fn versions_of_one_key(conn: &Connection, n: i64, state: &str) {
+        conn.execute(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
+             INSERT INTO events (source, event_id, sha256, size, received_at)
+             SELECT 'sw', 'hot@' || i, 'x', 1, ?2 FROM n",
+            params![n, T0],
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO deliveries (event, source, target, idempotency_key, state,
+                                     next_attempt_at, order_key, order_version,
+                                     created_at, updated_at)
+             SELECT id, 'sw', 'app', event_id, ?2, ?1, 'hot',
+                    CAST(substr(event_id, 5) AS INTEGER), ?1, ?1
+               FROM events WHERE event_id LIKE 'hot@%'",
+            params![T0, state],
+        )
+        .unwrap();
+    }
+
+    /// Counts the SQLite virtual machine's steps on `conn` from now on.
+    fn step_counter(conn: &mut Connection) -> Arc<AtomicU64> {
+        let counted = Arc::new(AtomicU64::new(0));
+        let count = counted.clone();
+        conn.progress_handler(
+            1,
+            Some(move || {
+                count.fetch_add(1, Ordering::Relaxed);
+                false
+            }),
+        )
+        .unwrap();
+        counted
+    }
+
     #[test]
     fn a_claim_supersedes_the_outdated_versions_it_takes_and_claims_the_rest() {
         let (_dir, conn) = inbox();
@@ -702,23 +738,7 @@ mod tests {
             // Each of many keys delivered once, at version 1; and one key delivered at every
             // version up to `history`.
             deliveries(&conn, "m", history, 1, "delivered");
-            conn.execute(
-                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
-                 INSERT INTO events (source, event_id, sha256, size, received_at)
-                 SELECT 'sw', 'hot@' || i, 'x', 1, ?2 FROM n",
-                params![history, T0],
-            )
-            .unwrap();
-            conn.execute(
-                "INSERT INTO deliveries (event, source, target, idempotency_key, state,
-                                         next_attempt_at, order_key, order_version,
-                                         created_at, updated_at)
-                 SELECT id, 'sw', 'app', event_id, 'delivered', ?1, 'hot',
-                        CAST(substr(event_id, 5) AS INTEGER), ?1, ?1
-                   FROM events WHERE event_id LIKE 'hot@%'",
-                [T0],
-            )
-            .unwrap();
+            versions_of_one_key(&conn, history, "delivered");
             conn.execute(
                 "INSERT INTO order_keys (source, target, order_key, last_version, updated_at)
                  SELECT source, target, order_key, max(order_version), ?1 FROM deliveries
@@ -736,16 +756,7 @@ mod tests {
                 [news],
             )
             .unwrap();
-            let counted = Arc::new(AtomicU64::new(0));
-            let count = counted.clone();
-            conn.progress_handler(
-                1,
-                Some(move || {
-                    count.fetch_add(1, Ordering::Relaxed);
-                    false
-                }),
-            )
-            .unwrap();
+            let counted = step_counter(&mut conn);
             let request = ClaimRequest {
                 limit: 20,
                 ..request()
@@ -766,25 +777,6 @@ mod tests {
     #[test]
     fn a_turns_look_skips_the_versions_held_behind_a_key_in_flight() {
         const TOMORROW: &str = "2026-01-03T00:00:00.000Z";
-        let hot_key = |conn: &Connection, versions: i64| {
-            conn.execute(
-                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
-                 INSERT INTO events (source, event_id, sha256, size, received_at)
-                 SELECT 'sw', 'hot@' || i, 'x', 1, ?2 FROM n",
-                params![versions, T0],
-            )
-            .unwrap();
-            conn.execute(
-                "INSERT INTO deliveries (event, source, target, idempotency_key,
-                                         next_attempt_at, order_key, order_version,
-                                         created_at, updated_at)
-                 SELECT id, 'sw', 'app', event_id, ?1, 'hot',
-                        CAST(substr(event_id, 5) AS INTEGER), ?1, ?1
-                   FROM events WHERE event_id LIKE 'hot@%'",
-                [T0],
-            )
-            .unwrap();
-        };
         let later = |conn: &Connection| {
             let later = deliveries(conn, "later", 1, 1, "pending")[0];
             conn.execute(
@@ -797,18 +789,9 @@ mod tests {
         let steps = |versions: i64| {
             let count = |turn: bool| {
                 let (_dir, mut conn) = inbox();
-                hot_key(&conn, versions);
+                versions_of_one_key(&conn, versions, "pending");
                 later(&conn);
-                let counted = Arc::new(AtomicU64::new(0));
-                let counter = counted.clone();
-                conn.progress_handler(
-                    1,
-                    Some(move || {
-                        counter.fetch_add(1, Ordering::Relaxed);
-                        false
-                    }),
-                )
-                .unwrap();
+                let counted = step_counter(&mut conn);
                 if turn {
                     let settled = settle(
                         &conn,
@@ -839,7 +822,7 @@ mod tests {
         // Version 1 of the key is outdated: the claim supersedes it, and version 2, due,
         // is claimable now.
         let (_dir, conn) = inbox();
-        hot_key(&conn, 3);
+        versions_of_one_key(&conn, 3, "pending");
         later(&conn);
         delivered(&conn, "hot", 1);
         let settled = settle(

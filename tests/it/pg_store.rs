@@ -49,6 +49,22 @@ order = {{ key = "/data/n", version = "/v" }}
     )
 }
 
+/// `EXPLAIN` of `statement` with `params`, as one text.
+async fn plan_of(
+    db: &tokio_postgres::Client,
+    statement: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> String {
+    let lines: Vec<String> = db
+        .query(&format!("EXPLAIN {statement}"), params)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    lines.join("\n")
+}
+
 async fn count(db: &tokio_postgres::Client, sql: &str) -> i64 {
     db.query_one(sql, &[]).await.unwrap().get(0)
 }
@@ -634,15 +650,12 @@ async fn a_claim_reads_the_first_due_deliveries_off_the_index() {
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
         [&"sw", &"app", &"9999", &lease, &limit];
     for ordered in [false, true] {
-        let statement = hookinbox::store::pg::claim_statement(ordered);
-        let plan: Vec<String> = db
-            .query(&format!("EXPLAIN {statement}"), &params)
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        let plan = plan.join("\n");
+        let plan = plan_of(
+            &db,
+            &hookinbox::store::pg::claim_statement(ordered),
+            &params,
+        )
+        .await;
         assert!(plan.contains("deliveries_due"), "{plan}");
         assert!(!plan.contains("Sort"), "{plan}");
     }
@@ -689,14 +702,7 @@ async fn a_claim_finds_a_busy_keys_first_version_with_a_seek_not_a_scan() {
     let (lease, limit) = (30.0f64, 64i64);
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
         [&"sw", &"app", &now, &lease, &limit];
-    let plan: Vec<String> = db
-        .query(&format!("EXPLAIN {statement}"), &params)
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    let plan = plan.join("\n");
+    let plan = plan_of(&db, &statement, &params).await;
     assert!(!plan.contains("Seq Scan on deliveries"), "{plan}");
     assert!(plan.contains("Index Scan using deliveries_order"), "{plan}");
     // Run, then rolled back: the one row taken is the key's lowest version.
