@@ -777,6 +777,13 @@ mod tests {
     #[test]
     fn a_turns_look_skips_the_versions_held_behind_a_key_in_flight() {
         const TOMORROW: &str = "2026-01-03T00:00:00.000Z";
+        let claiming_turn = |conn: &Connection| {
+            let turn = Turn {
+                results: Vec::new(),
+                claim: Some(request()),
+            };
+            settle(conn, &turn, NOW).unwrap()
+        };
         let later = |conn: &Connection| {
             let later = deliveries(conn, "later", 1, 1, "pending")[0];
             conn.execute(
@@ -793,15 +800,7 @@ mod tests {
                 later(&conn);
                 let counted = step_counter(&mut conn);
                 if turn {
-                    let settled = settle(
-                        &conn,
-                        &Turn {
-                            results: Vec::new(),
-                            claim: Some(request()),
-                        },
-                        NOW,
-                    )
-                    .unwrap();
+                    let settled = claiming_turn(&conn);
                     assert_eq!(settled.claims.claimed.len(), 1);
                     assert_eq!(settled.look, Some((None, Some(TOMORROW.to_owned()))));
                 } else {
@@ -825,15 +824,7 @@ mod tests {
         versions_of_one_key(&conn, 3, "pending");
         later(&conn);
         delivered(&conn, "hot", 1);
-        let settled = settle(
-            &conn,
-            &Turn {
-                results: Vec::new(),
-                claim: Some(request()),
-            },
-            NOW,
-        )
-        .unwrap();
+        let settled = claiming_turn(&conn);
         assert_eq!(claimed(&settled.claims), (vec![], 1));
         assert_eq!(settled.look, Some((None, Some(T0.to_owned()))));
     }
