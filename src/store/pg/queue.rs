@@ -549,6 +549,12 @@ async fn prune(
     let stamp = crate::clock::iso(now);
     let chunk = retention::CHUNK;
     let (finished, payload_done) = (retention::FINISHED, retention::PAYLOAD_DONE);
+    // The batchers' sessions plan no sequential scans (`BATCH_SESSION`), which their
+    // prepared statements never want. These are planned afresh each time and some look for
+    // the old rows of a table with no index by age (`order_keys`, `gaps`), where a scan
+    // that stops at its chunk is the right plan: allowed for this job, then back to the
+    // session's setting for the rest of the batch's transaction.
+    tx.batch_execute("SET LOCAL enable_seqscan = on").await?;
     let payloads = tx
         .execute(
             &format!(
@@ -621,6 +627,8 @@ async fn prune(
                   LIMIT $3 FOR UPDATE SKIP LOCKED)",
             &[&rule.source, &payload_cut, &chunk],
         )
+        .await?;
+    tx.batch_execute("SET LOCAL enable_seqscan TO DEFAULT")
         .await?;
     let n = |x: u64| i64::try_from(x).unwrap_or(i64::MAX);
     Ok(Pruned {
