@@ -207,14 +207,17 @@ impl Inbox {
         metrics: Arc<Metrics>,
         migrating: bool,
     ) -> Result<Inbox, Error> {
-        let connector = Connector::new(
-            &config.url,
-            config.password.as_ref(),
-            &config.tls,
-            CONNECT_TIMEOUT,
-            SESSION,
-        )
-        .map_err(|e| Error::Connect(format!("{e:#}")))?;
+        let connector_with = |session| {
+            Connector::new(
+                &config.url,
+                config.password.as_ref(),
+                &config.tls,
+                CONNECT_TIMEOUT,
+                session,
+            )
+            .map_err(|e| Error::Connect(format!("{e:#}")))
+        };
+        let connector = connector_with(SESSION)?;
         let mut first = connector
             .connect()
             .await
@@ -242,14 +245,7 @@ impl Inbox {
         // The first session has done its part (the migrations, the version); the batchers
         // open their own, with their settings.
         drop(first);
-        let batcher = Connector::new(
-            &config.url,
-            config.password.as_ref(),
-            &config.tls,
-            CONNECT_TIMEOUT,
-            BATCH_SESSION,
-        )
-        .map_err(|e| Error::Connect(format!("{e:#}")))?;
+        let batcher = connector_with(BATCH_SESSION)?;
         let health = Arc::new(Health {
             last_commit_ok: AtomicBool::new(true),
         });
