@@ -514,16 +514,15 @@ pub fn load_offline(path: &Path) -> anyhow::Result<Offline> {
     })?;
     let raw: RawConfig = toml::from_str(&text)
         .map_err(|e| anyhow::anyhow!("config file {}: {e}", path.display()))?;
-    if raw.store.path.as_os_str().is_empty() {
-        anyhow::bail!("config file {}: store.path is empty", path.display());
-    }
+    let store_path = validate::store_path(&raw.store)
+        .map_err(|e| anyhow::anyhow!("config file {}: {e}", path.display()))?;
     let base = path.parent().unwrap_or(Path::new("."));
     let backend = validate::offline_backend(&raw.store, base)
         .map_err(|e| anyhow::anyhow!("config file {}: {e}", path.display()))?;
     Ok(Offline {
         path: path.to_owned(),
         store: Store {
-            path: base.join(&raw.store.path),
+            path: base.join(store_path),
             synchronous: raw.store.synchronous,
             retention_interval: raw.store.retention_interval,
             backend,
@@ -1055,6 +1054,21 @@ url = "http://127.0.0.1:3000/hooks"
                 err(&store(keys))
             );
         }
+        // A missing path says what it is for, on either backend.
+        let without_path = |keys: &str| MINIMAL.replace("path = \"inbox.db\"", keys);
+        let e = err(&without_path(""));
+        assert!(
+            e.contains("store.path is missing; name the inbox file"),
+            "{e}"
+        );
+        let e = err(&without_path(
+            "backend = \"postgres\"\nurl = \"postgres://h@127.0.0.1/h\"",
+        ));
+        assert!(
+            e.contains("store.path is missing: with backend = \"postgres\"")
+                && e.contains("reload status"),
+            "{e}"
+        );
         // Alerts and recovery work on either.
         let on_pg = store("backend = \"postgres\"\nurl = \"postgres://h@127.0.0.1/h\"");
         let alerts =

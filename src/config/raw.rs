@@ -85,7 +85,10 @@ impl Default for RawAdmin {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawStore {
-    pub(super) path: PathBuf,
+    /// Optional here so that a missing path gets an error that says what it is for, which
+    /// with `backend = "postgres"` is not obvious.
+    #[serde(default)]
+    pub(super) path: Option<PathBuf>,
     #[serde(default = "default_synchronous")]
     pub(super) synchronous: Synchronous,
     #[serde(

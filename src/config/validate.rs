@@ -82,11 +82,7 @@ pub(super) fn validate(
             "server.max_connections must be between 1 and {MAX_MAX_CONNECTIONS}"
         ));
     }
-    if raw.store.path.as_os_str().is_empty() {
-        return Err(
-            "store.path is empty; name the inbox file, e.g. \"/var/lib/hookinbox/inbox.db\"".into(),
-        );
-    }
+    let raw_store_path = store_path(&raw.store)?;
     // A relative store path is relative to the config file, so that a config works from any
     // working directory (systemd starts services in /).
     // (Joining an absolute path yields it unchanged.)
@@ -94,7 +90,7 @@ pub(super) fn validate(
         return Err("store.retention_interval must be between 1s and 1d".into());
     }
     let backend = validate_backend(&raw.store, &paths)?;
-    let store_path = paths.base.join(&raw.store.path);
+    let store_path = paths.base.join(raw_store_path);
     if store_path.is_dir() {
         return Err(format!(
             "store.path {} is a directory; name the inbox file, e.g. \"{}\"",
@@ -350,6 +346,26 @@ pub(super) fn offline_backend(
 }
 
 /// `[store] backend`, and for "postgres" its connection.
+/// `store.path`, which both backends need: the SQLite inbox itself, or, with PostgreSQL,
+/// the name serve's local file takes after (the reload status `hookinbox reload` reads).
+pub(super) fn store_path(store: &super::raw::RawStore) -> Result<&Path, String> {
+    const EXAMPLE: &str = "e.g. path = \"/var/lib/hookinbox/inbox.db\"";
+    let what = match &store.path {
+        Some(path) if !path.as_os_str().is_empty() => return Ok(path),
+        Some(_) => "store.path is empty",
+        None => "store.path is missing",
+    };
+    Err(if store.backend.as_deref() == Some("postgres") {
+        format!(
+            "{what}: with backend = \"postgres\" the inbox is in the database, but serve still \
+             keeps its reload status (read by `hookinbox reload`) in a local file named after \
+             store.path, so name one the service may write, {EXAMPLE}"
+        )
+    } else {
+        format!("{what}; name the inbox file, {EXAMPLE}")
+    })
+}
+
 fn validate_backend(store: &super::raw::RawStore, paths: &Paths) -> Result<Backend, String> {
     let pg_keys = [
         ("url", store.url.is_some()),
