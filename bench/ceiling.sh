@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# The ceiling every benchmark ratio is taken against: Debian's wrk (one thread) posting a
-# 1.5 KB JSON body over keep-alive connections to a bare server (`hookinbox-loadgen bare`,
-# hyper reading the body and answering 200). wrk cannot sign, so it only measures what
-# HTTP on this machine allows; the benchmarks then drive hookinbox with the signing load
-# generator. Prints one JSON line: per_second, p50_ms, p99_ms, non_2xx, errors.
+# The ceiling every benchmark ratio is taken against: Debian's wrk posting a 1.5 KB JSON
+# body over keep-alive connections to a bare server (`hookinbox-loadgen bare`, hyper
+# reading the body and answering 200). wrk cannot sign, so it only measures what HTTP on
+# this machine allows; the benchmarks then drive hookinbox with the signing load generator.
+# Prints one JSON line: per_second, p50_ms, p99_ms, non_2xx, errors, threads.
 #
-#   bench/ceiling.sh http://127.0.0.1:PORT/ [SECONDS] [CONNECTIONS]
+#   bench/ceiling.sh http://127.0.0.1:PORT/ [SECONDS] [CONNECTIONS] [THREADS]
+#
+# wrk runs one thread per core by default: its best on a 2-core machine, where one thread
+# reached 0.90–0.92 of two, and three or four threads less than two (BENCHMARKS.md, "The
+# ceiling"). A ceiling lower than the bare server allows would flatter every ratio.
 #
 # wrk is installed with apt-get when missing and this runs as root.
 set -euo pipefail
@@ -13,6 +17,7 @@ set -euo pipefail
 url=${1:?usage: bench/ceiling.sh URL [SECONDS] [CONNECTIONS]}
 seconds=${2:-6}
 conns=${3:-32}
+threads=${4:-$(nproc)}
 
 if ! command -v wrk >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "installing the Debian package wrk" >&2
@@ -30,7 +35,7 @@ wrk.method = "POST"
 wrk.body = string.rep("x", 1500)
 wrk.headers["Content-Type"] = "application/json"
 LUA
-wrk -t1 -c"$conns" -d"${seconds}s" --latency -s "$script" "$url" |
+wrk -t"$threads" -c"$conns" -d"${seconds}s" --latency -s "$script" "$url" |
     python3 -c '
 import json, re, sys
 out = sys.stdin.read()
@@ -43,4 +48,4 @@ rate = re.search(r"Requests/sec:\s+([\d.]+)", out)
 if rate is None:
     sys.exit("wrk printed no rate:\n" + out)
 print(json.dumps({"per_second": float(rate.group(1)), "p50_ms": pct["50"], "p99_ms": pct["99"],
-                  "non_2xx": non_2xx, "errors": errors}))'
+                  "non_2xx": non_2xx, "errors": errors, "threads": int(sys.argv[1])}))' "$threads"

@@ -9,7 +9,7 @@
 # For each size and each kind of id (ordered: time first, as UUIDv7s and ULIDs; random:
 # UUIDs, as GitHub's), the script fills a new inbox with N identity rows of that kind,
 # spread over the year before now, with `sqlite3` (about a minute per 10 million), then
-# measures, in turn: the ceiling (wrk -t1 against a bare hyper server, as bench/run.sh)
+# measures, in turn: the ceiling (wrk against a bare hyper server, as bench/run.sh)
 # and hookinbox storing new events of the same kind with 32 connections and 1.5 KB signed
 # bodies, synchronous=full; then, with the server stopped, how long `hookinbox events`
 # takes to print a page from half a year ago. The inbox stays in the page cache (this machine has the

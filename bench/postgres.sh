@@ -9,7 +9,8 @@
 # new:
 #   ceiling      Debian's wrk against a bare hyper server that reads the body and answers
 #                200 (bench/ceiling.sh): every ratio is taken against it
-#   loadgen      the signing load generator against the same bare server
+#   loadgen      the signing load generator against the same bare server, a thread per
+#                core as wrk; it drives hookinbox below with one thread (bench/run.sh)
 #   sqlite       hookinbox on its SQLite inbox, synchronous=full
 #   pg-1         hookinbox on PostgreSQL, one replica
 #   pg-2         two replicas on the same PostgreSQL, 16 connections each (rates summed,
@@ -85,7 +86,7 @@ wait_port "$bare"
 for round in $(seq "$rounds"); do
     echo "round $round of $rounds" >&2
     bench/ceiling.sh "http://127.0.0.1:$bare/" "$seconds" "$conns" >>"$work/ceiling.jsonl"
-    send "http://127.0.0.1:$bare" "$conns" >>"$work/loadgen.jsonl"
+    send "http://127.0.0.1:$bare" "$conns" --threads "$(nproc)" >>"$work/loadgen.jsonl"
 
     p=$(free_port); a=$(free_port)
     rm -f "$work/sqlite.db"*
@@ -197,7 +198,9 @@ work, fwd_sqlite, fwd1, fwd2 = sys.argv[1], float(sys.argv[2]), float(sys.argv[3
 def load(name):
     return [json.loads(l) for l in open(f"{work}/{name}.jsonl")]
 ceiling = load("ceiling")
-names = {"ceiling": "ceiling: wrk -t1, bare hyper", "loadgen": "hookinbox-loadgen, bare hyper",
+cores = ceiling[0]["threads"]
+names = {"ceiling": f"ceiling: wrk -t{cores}, bare hyper",
+         "loadgen": f"hookinbox-loadgen --threads {cores}, bare hyper",
          "sqlite": "SQLite, synchronous=full",
          "pg-1": "PostgreSQL, 1 replica", "pg-2": "PostgreSQL, 2 replicas"}
 for name, label in names.items():

@@ -426,30 +426,32 @@ impl Receiver {
         let reply = scheme.verifier().stored_reply(&input);
         let event_id = identity.event_id.clone();
         let provider_time = identity.provider_time;
+        // A retry of an event committed in the last minute, with the same bytes: answered
+        // from memory (see `recent`), before any of the event's row is built (its headers
+        // as JSON, its deliveries' keys, its order key); anything else goes to the store.
+        let digest = recent::digest(&body);
+        let seen = recent::key(&source.name, &source.account, &event_id);
+        let ttl = source.config.keep_identity / 2;
+        if self
+            .recent
+            .is_duplicate(&seen, &digest, ttl, Instant::now())
+        {
+            return (Outcome::Duplicate(reply), Some(event_id));
+        }
         let headers = headers_json(&parts.headers, scheme.verifier().secret_headers());
         let mut event = new_event(
             &source.config,
             (source.name.clone(), source.account.clone()),
             identity,
-            body,
+            Hashed { body, digest },
             headers,
             client.to_string(),
             Origin::Webhook,
         );
         event.memory = room;
-        // A retry of an event committed in the last minute, with the same bytes: answered
-        // from memory (see `recent`); anything else goes to the store.
-        let seen = recent::key(&source.name, &source.account, &event_id);
-        let digest = recent::digest(&event.sha256_hex);
-        let ttl = source.config.keep_identity / 2;
-        if let Some(d) = &digest
-            && self.recent.is_duplicate(&seen, d, ttl, Instant::now())
-        {
-            return (Outcome::Duplicate(reply), Some(event_id));
-        }
         let stored = self.store.ingest(event).await;
-        if let (Ok(Stored::New | Stored::Duplicate), Some(d)) = (&stored, digest) {
-            self.recent.confirmed(seen, d, Instant::now());
+        if let Ok(Stored::New | Stored::Duplicate) = &stored {
+            self.recent.confirmed(seen, digest, Instant::now());
         }
         let outcome = match stored {
             Ok(Stored::New) => {
@@ -544,6 +546,20 @@ impl listener::Handler for Receiver {
     }
 }
 
+/// A body with its SHA-256, computed once: the receive path compares it with the recent
+/// identities before it builds the event.
+pub struct Hashed {
+    pub body: Bytes,
+    pub digest: recent::Digest,
+}
+
+impl Hashed {
+    pub fn new(body: Bytes) -> Hashed {
+        let digest = recent::digest(&body);
+        Hashed { body, digest }
+    }
+}
+
 /// The event to store for `source` (its name and account as shared text): one delivery per
 /// target under its idempotency key, and the order key where ordering is on. The receive
 /// path and recovery build their events here, so that an event fetched from an API is
@@ -552,14 +568,14 @@ pub fn new_event(
     source: &Source,
     (name, account): (Arc<str>, Arc<str>),
     identity: crate::scheme::Identity,
-    body: Bytes,
+    Hashed { body, digest }: Hashed,
     headers: String,
     remote_addr: String,
     origin: Origin,
 ) -> NewEvent {
     let event_id = identity.event_id;
     NewEvent {
-        sha256_hex: hex::encode(ring::digest::digest(&ring::digest::SHA256, &body)),
+        sha256_hex: hex::encode(digest),
         body_is_text: std::str::from_utf8(&body).is_ok(),
         headers,
         event_type: identity.event_type,

@@ -45,11 +45,11 @@ pub fn key(source: &str, account: &str, event_id: &str) -> Key {
     key
 }
 
-/// A body's SHA-256 from its lowercase hex, as the inbox stores it.
-pub fn digest(sha256_hex: &str) -> Option<Digest> {
+/// A body's SHA-256: what the inbox stores (as hex) and a retry is compared by.
+pub fn digest(body: &[u8]) -> Digest {
     let mut d = [0; 32];
-    hex::decode_to_slice(sha256_hex, &mut d).ok()?;
-    Some(d)
+    d.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, body).as_ref());
+    d
 }
 
 #[derive(Default)]

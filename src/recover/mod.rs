@@ -484,7 +484,7 @@ pub async fn carry_out(
                 provider_time: clock::unix_from_iso(&item.at),
                 event_type: item.event_type.clone(),
             },
-            body.clone(),
+            crate::receive::Hashed::new(body.clone()),
             "[]".into(),
             api_host(source),
             Origin::Api,

@@ -134,6 +134,42 @@ async fn an_operator_holding_the_write_lock_gets_503_not_a_hang_and_then_it_reco
     server.stop().await;
 }
 
+/// A provider's retry of an event committed a moment ago is answered from the receiver's
+/// recent identities, without the writer: it gets its 200 even while an operator holds the
+/// write lock. Other bytes under the same id, and a new event, still need the store.
+#[tokio::test]
+async fn a_retry_of_a_just_committed_event_is_acknowledged_even_while_the_inbox_is_locked() {
+    let server = TestServer::start(ONE_SOURCE).await;
+    let req = server.sign("sw", "msg_retry", &event_body("msg_retry", ""));
+    assert_eq!(server.post("sw", &req).await.0, 200);
+    let locker = rusqlite::Connection::open(&server.db).unwrap();
+    locker.execute_batch("BEGIN IMMEDIATE").unwrap();
+
+    assert_eq!(
+        server.post("sw", &req).await.0,
+        200,
+        "the retry, from memory"
+    );
+    let changed = server.sign("sw", "msg_retry", &event_body("msg_retry", "changed"));
+    assert_eq!(
+        server.post("sw", &changed).await.0,
+        503,
+        "other bytes are a conflict only the store can record"
+    );
+    let new = server.sign("sw", "msg_new", &event_body("msg_new", ""));
+    assert_eq!(server.post("sw", &new).await.0, 503);
+
+    locker.execute_batch("ROLLBACK").unwrap();
+    assert_eq!(
+        server.post("sw", &changed).await.0,
+        409,
+        "quarantined, once it can be"
+    );
+    assert_eq!(server.count("SELECT count(*) FROM events"), 1);
+    assert_eq!(server.count("SELECT count(*) FROM conflicts"), 1);
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn readiness_returns_after_a_failure_without_waiting_for_traffic() {
     let server = TestServer::start(ONE_SOURCE).await;

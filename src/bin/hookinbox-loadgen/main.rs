@@ -65,7 +65,9 @@ enum Mode {
         /// Keep-alive connections, each sending one request at a time
         #[arg(long, default_value_t = 32)]
         connections: usize,
-        /// Threads sending, each with its share of the connections (as wrk's -t)
+        /// Threads sending, each with its share of the connections (as wrk's -t). One
+        /// leaves the most of a shared machine to the server under test; one per core
+        /// drives a bare server hardest
         #[arg(long, default_value_t = 1)]
         threads: usize,
         /// How long to send
