@@ -9,12 +9,13 @@
 #
 # wrk runs one thread per core by default: its best on a 2-core machine, where one thread
 # reached 0.90–0.92 of two, and three or four threads less than two (BENCHMARKS.md, "The
-# ceiling"). A ceiling lower than the bare server allows would flatter every ratio.
+# ceiling: wrk's threads"). A ceiling lower than the bare server allows would flatter
+# every ratio.
 #
 # wrk is installed with apt-get when missing and this runs as root.
 set -euo pipefail
 
-url=${1:?usage: bench/ceiling.sh URL [SECONDS] [CONNECTIONS]}
+url=${1:?usage: bench/ceiling.sh URL [SECONDS] [CONNECTIONS] [THREADS]}
 seconds=${2:-6}
 conns=${3:-32}
 threads=${4:-$(nproc)}

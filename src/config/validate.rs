@@ -345,7 +345,6 @@ pub(super) fn offline_backend(
     validate_backend(store, &paths)
 }
 
-/// `[store] backend`, and for "postgres" its connection.
 /// `store.path`, which both backends need: the SQLite inbox itself, or, with PostgreSQL,
 /// the name serve's local file takes after (the reload status `hookinbox reload` reads).
 pub(super) fn store_path(store: &super::raw::RawStore) -> Result<&Path, String> {
@@ -366,6 +365,7 @@ pub(super) fn store_path(store: &super::raw::RawStore) -> Result<&Path, String> 
     })
 }
 
+/// `[store] backend`, and for "postgres" its connection.
 fn validate_backend(store: &super::raw::RawStore, paths: &Paths) -> Result<Backend, String> {
     let pg_keys = [
         ("url", store.url.is_some()),
