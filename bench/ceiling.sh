@@ -8,7 +8,7 @@
 #   bench/ceiling.sh http://127.0.0.1:PORT/ [SECONDS] [CONNECTIONS] [THREADS]
 #
 # wrk runs one thread per core by default: its best on a 2-core machine, where one thread
-# reached 0.90–0.92 of two, and three or four threads less than two (BENCHMARKS.md, "The
+# reached 0.87–0.95 of two, and three or four threads less than two (BENCHMARKS.md, "The
 # ceiling: wrk's threads"). A ceiling lower than the bare server allows would flatter
 # every ratio.
 #
@@ -18,7 +18,9 @@ set -euo pipefail
 url=${1:?usage: bench/ceiling.sh URL [SECONDS] [CONNECTIONS] [THREADS]}
 seconds=${2:-6}
 conns=${3:-32}
-threads=${4:-$(nproc)}
+# wrk refuses more threads than connections.
+cores=$(nproc)
+threads=${4:-$((cores < conns ? cores : conns))}
 
 if ! command -v wrk >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "installing the Debian package wrk" >&2

@@ -346,7 +346,7 @@ pub(super) fn offline_backend(
 }
 
 /// `store.path`, which both backends need: the SQLite inbox itself, or, with PostgreSQL,
-/// the name serve's local file takes after (the reload status `hookinbox reload` reads).
+/// the name serve's reload status takes after outside systemd (`reload::path_for`).
 pub(super) fn store_path(store: &super::raw::RawStore) -> Result<&Path, String> {
     const EXAMPLE: &str = "e.g. path = \"/var/lib/hookinbox/inbox.db\"";
     let what = match &store.path {
@@ -357,8 +357,9 @@ pub(super) fn store_path(store: &super::raw::RawStore) -> Result<&Path, String> 
     Err(if store.backend.as_deref() == Some("postgres") {
         format!(
             "{what}: with backend = \"postgres\" the inbox is in the database, but serve still \
-             keeps its reload status (read by `hookinbox reload`) in a local file named after \
-             store.path, so name one the service may write, {EXAMPLE}"
+             names a local file after store.path: its reload status, which `hookinbox reload` \
+             reads when serve runs outside systemd (under systemd it is kept in the runtime \
+             directory); name one the service may write, {EXAMPLE}"
         )
     } else {
         format!("{what}; name the inbox file, {EXAMPLE}")

@@ -429,7 +429,8 @@ impl Receiver {
         // A retry of an event committed in the last minute, with the same bytes: answered
         // from memory (see `recent`), before any of the event's row is built (its headers
         // as JSON, its deliveries' keys, its order key); anything else goes to the store.
-        let digest = recent::digest(&body);
+        let body = Hashed::new(body);
+        let digest = *body.digest();
         let seen = recent::key(&source.name, &source.account, &event_id);
         let ttl = source.config.keep_identity / 2;
         if self
@@ -443,7 +444,7 @@ impl Receiver {
             &source.config,
             (source.name.clone(), source.account.clone()),
             identity,
-            Hashed { body, digest },
+            body,
             headers,
             client.to_string(),
             Origin::Webhook,
@@ -547,16 +548,21 @@ impl listener::Handler for Receiver {
 }
 
 /// A body with its SHA-256, computed once: the receive path compares it with the recent
-/// identities before it builds the event.
+/// identities before it builds the event. Only [`Hashed::new`] makes one, so the digest is
+/// always the body's.
 pub struct Hashed {
-    pub body: Bytes,
-    pub digest: recent::Digest,
+    body: Bytes,
+    digest: recent::Digest,
 }
 
 impl Hashed {
     pub fn new(body: Bytes) -> Hashed {
         let digest = recent::digest(&body);
         Hashed { body, digest }
+    }
+
+    pub fn digest(&self) -> &recent::Digest {
+        &self.digest
     }
 }
 

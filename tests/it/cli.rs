@@ -67,6 +67,28 @@ fn a_bad_config_names_the_file_and_the_key_and_exits_3() {
         "{err}"
     );
 
+    // A PostgreSQL store without a path: serve (check reads the config as serve does) and
+    // the operator commands both say what the path is still for.
+    let path_line = good.lines().find(|l| l.starts_with("path =")).unwrap();
+    std::fs::write(
+        &path,
+        good.replace(
+            path_line,
+            "backend = \"postgres\"\nurl = \"postgres://hookinbox@127.0.0.1/hookinbox\"",
+        ),
+    )
+    .unwrap();
+    for command in ["check", "events"] {
+        let (code, _, err) = hookinbox(&[command, "--config", path.to_str().unwrap()]);
+        assert_eq!(code, 3, "{command}: {err}");
+        assert!(
+            err.contains("bad.toml")
+                && err.contains("store.path is missing")
+                && err.contains("reload status"),
+            "{command}: {err}"
+        );
+    }
+
     let (code, _, err) = hookinbox(&["check", "--config", "/nonexistent/hookinbox.toml"]);
     assert_eq!(code, 3);
     assert!(err.contains("/nonexistent/hookinbox.toml"), "{err}");
