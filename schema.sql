@@ -415,3 +415,13 @@ CREATE INDEX deliveries_order ON deliveries (source, target, order_key, state)
     WHERE order_key IS NOT NULL;
 CREATE INDEX deliveries_dead ON deliveries (updated_at) WHERE state = 'dead';
 
+
+-- migrate: 8
+
+-- The index of deliveries by state goes. Every new delivery is pending, so each commit that
+-- stored events of a source with a target rewrote its tail: about two pages a commit, a
+-- tenth of what such an event cost (11.0 KiB with it, 9.9 without, ordered ids). The
+-- backlog's counts read each target's stretch of `deliveries_due`, which leads with
+-- (source, target, state); the dead listings use `deliveries_dead`; the leases
+-- `deliveries_leases`.
+DROP INDEX deliveries_state;

@@ -311,9 +311,10 @@ impl Store {
                     let conn = pool.get().map_err(|e| e.to_string())?;
                     let s = |e: rusqlite::Error| e.to_string();
                     let p = |e: super::sql::Error| e.to_string();
+                    let (counts, oldest_pending) = read::gauges(&conn, settled).map_err(s)?;
                     Ok(Gauges {
-                        counts: read::delivery_counts(&conn, settled).map_err(s)?,
-                        oldest_pending: read::oldest_pending(&conn).map_err(s)?,
+                        counts,
+                        oldest_pending,
                         paused: pause::all(super::sql::Db::Sqlite(&conn)).map_err(p)?,
                         pages: Some(super::page_counts(&conn).map_err(s)?),
                     })

@@ -603,6 +603,16 @@ mod tests {
             )
             .unwrap();
         assert_eq!(attempt, ("hk_1".into(), 1));
+        // Migration 8: no index of deliveries leads with their state.
+        let by_state: i64 = c
+            .query_row(
+                "SELECT count(*) FROM pragma_index_list('deliveries') l,
+                        pragma_index_info(l.name) i WHERE i.seqno = 0 AND i.name = 'state'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(by_state, 0);
         c.execute(
             "INSERT INTO deliveries (event, source, target, idempotency_key, next_attempt_at,
                                      created_at, updated_at)

@@ -513,30 +513,18 @@ const NOT_CONFIGURED: &str = "the target is no longer in the configuration";
 /// Marks `dead` every pending delivery whose (source, target) is not in `configured`: no loop
 /// would ever claim it, so it would stay pending forever and hold its event back from
 /// retention. Run at start-up and on reload; `replay` brings them back once the target is
-/// configured again.
+/// configured again. Finds the pairs first ([`super::read::delivery_pairs`]), so it reads
+/// only the rows of targets that left, not every pending row.
 pub fn retire_unknown_targets(
     conn: &Connection,
     configured: &[(String, String)],
     now: &str,
 ) -> rusqlite::Result<usize> {
-    let known = if configured.is_empty() {
-        "0".to_owned()
-    } else {
-        let pairs = vec!["(?, ?)"; configured.len()].join(", ");
-        format!("(source, target) IN (VALUES {pairs})")
-    };
-    let sql = format!(
-        "UPDATE deliveries
-            SET state = 'dead', updated_at = ?1,
-                last_error = '{NOT_CONFIGURED}'
-          WHERE state = 'pending' AND NOT {known}"
-    );
-    let mut values: Vec<&str> = vec![now];
-    for (s, t) in configured {
-        values.push(s);
-        values.push(t);
-    }
-    conn.execute(&sql, rusqlite::params_from_iter(values))
+    let unknown: Vec<(String, String)> = super::read::delivery_pairs(conn)?
+        .into_iter()
+        .filter(|pair| !configured.contains(pair))
+        .collect();
+    retire_targets(conn, &unknown, now)
 }
 
 /// Marks `dead` the pending deliveries of these (source, target) pairs: targets a reload

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::{Connection, OpenFlags, OptionalExtension};
 
 use crate::metrics::BACKLOG_STATES;
 
@@ -59,30 +59,121 @@ pub fn open_current(path: &Path) -> Result<Connection, super::Error> {
     Ok(conn)
 }
 
-/// Delivery rows per state: of every state if `settled`, a walk of every row; otherwise of
-/// [`BACKLOG_STATES`] only, a walk of their stretch of `deliveries_state`. One statement,
-/// so the counts are of one moment.
-pub fn delivery_counts(conn: &Connection, settled: bool) -> rusqlite::Result<Vec<(String, i64)>> {
-    let row = |r: &rusqlite::Row| Ok((r.get(0)?, r.get(1)?));
-    if settled {
-        conn.prepare_cached("SELECT state, count(*) FROM deliveries GROUP BY state")?
-            .query_map([], row)?
-            .collect()
-    } else {
-        conn.prepare_cached(
-            "SELECT state, count(*) FROM deliveries WHERE state IN (?1, ?2, ?3) GROUP BY state",
-        )?
-        .query_map(BACKLOG_STATES, row)?
-        .collect()
+/// Delivery rows per state: (state, count); a state not listed has none.
+pub type StateCounts = Vec<(String, i64)>;
+
+/// Delivery rows per state, and when the first delivery still pending or in flight was
+/// created: of every state if `settled`, a walk of every row; otherwise of
+/// [`BACKLOG_STATES`] only, a walk of each target's stretch of `deliveries_due`. One read
+/// transaction, so the figures are of one moment.
+pub fn gauges(conn: &Connection, settled: bool) -> rusqlite::Result<(StateCounts, Option<String>)> {
+    let snapshot = conn.unchecked_transaction()?;
+    let mut counts = StateCounts::new();
+    let mut oldest: Option<(i64, String)> = None;
+    for (source, target) in delivery_pairs(conn)? {
+        let b = backlog(conn, &source, &target)?;
+        for (state, n) in [
+            ("pending", b.pending),
+            ("in_flight", b.in_flight),
+            ("dead", b.dead),
+        ] {
+            match counts.iter_mut().find(|(s, _)| s == state) {
+                Some((_, sum)) => *sum += n,
+                None => counts.push((state.to_owned(), n)),
+            }
+        }
+        if let Some(first) = b.first
+            && oldest.as_ref().is_none_or(|(id, _)| first.0 < *id)
+        {
+            oldest = Some(first);
+        }
     }
+    if settled {
+        // The walk above still named the first waiting delivery; these counts replace its.
+        counts = conn
+            .prepare_cached("SELECT state, count(*) FROM deliveries GROUP BY state")?
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+    }
+    snapshot.finish()?;
+    Ok((counts, oldest.map(|(_, created)| created)))
 }
 
-/// When the oldest delivery still pending or in flight was created, if any.
-pub fn oldest_pending(conn: &Connection) -> rusqlite::Result<Option<String>> {
-    conn.prepare_cached(
-        "SELECT min(created_at) FROM deliveries WHERE state IN ('pending', 'in_flight')",
-    )?
-    .query_row([], |r| r.get(0))
+/// One target's deliveries waiting or given up on.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Backlog {
+    pub pending: i64,
+    pub in_flight: i64,
+    pub dead: i64,
+    /// The id and creation time of the first delivery still pending or in flight.
+    ///
+    /// The lowest id rather than the least `created_at`: ids follow insertion, and the id
+    /// is in `deliveries_due` while the time is not, so this reads one row where the
+    /// least time would read every one. They differ only if the clock stepped back between
+    /// two inserts.
+    pub first: Option<(i64, String)>,
+}
+
+/// A target's deliveries (`?1`, `?2`) in the states `?3`, `?4`, `?5`: count and lowest id.
+const BACKLOG: &str = "SELECT state, count(*), min(id) FROM deliveries
+                        WHERE source = ?1 AND target = ?2 AND state IN (?3, ?4, ?5)
+                        GROUP BY state";
+
+/// The first (source, target) pair with deliveries after (`?1`, `?2`).
+const NEXT_PAIR: &str = "SELECT source, target FROM deliveries
+                          WHERE (source, target) > (?1, ?2) ORDER BY source, target LIMIT 1";
+
+/// A target's [`Backlog`]: its stretch of the covering index `deliveries_due (source,
+/// target, state, …)` for the three states, and one row. Inserts touch no index by state
+/// alone (schema 8 dropped `deliveries_state`, two pages of every commit).
+pub fn backlog(conn: &Connection, source: &str, target: &str) -> rusqlite::Result<Backlog> {
+    let mut b = Backlog::default();
+    let mut first: Option<i64> = None;
+    let mut stmt = conn.prepare_cached(BACKLOG)?;
+    let mut rows = stmt.query(rusqlite::params![
+        source,
+        target,
+        BACKLOG_STATES[0],
+        BACKLOG_STATES[1],
+        BACKLOG_STATES[2]
+    ])?;
+    while let Some(r) = rows.next()? {
+        let (state, n, id): (String, i64, i64) = (r.get(0)?, r.get(1)?, r.get(2)?);
+        match state.as_str() {
+            "pending" => b.pending = n,
+            "in_flight" => b.in_flight = n,
+            _ => {
+                b.dead = n;
+                continue;
+            }
+        }
+        first = Some(first.map_or(id, |f| f.min(id)));
+    }
+    if let Some(id) = first {
+        let created: String = conn
+            .prepare_cached("SELECT created_at FROM deliveries WHERE id = ?1")?
+            .query_row([id], |r| r.get(0))?;
+        b.first = Some((id, created));
+    }
+    Ok(b)
+}
+
+/// The (source, target) pairs that have deliveries, in order. A seek in `deliveries_due`
+/// per pair: SQLite would make this skip scan by itself only with statistics (`ANALYZE`),
+/// and `SELECT DISTINCT` walks every row.
+pub fn delivery_pairs(conn: &Connection) -> rusqlite::Result<Vec<(String, String)>> {
+    let mut next = conn.prepare_cached(NEXT_PAIR)?;
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    // Every name is longer than the empty text, so the first seek finds the first pair.
+    let (mut source, mut target) = (String::new(), String::new());
+    while let Some(pair) = next
+        .query_row([&source, &target], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?
+    {
+        (source, target) = pair;
+        pairs.push((source.clone(), target.clone()));
+    }
+    Ok(pairs)
 }
 
 /// The pool. Connections open lazily, so this succeeds before the first query.
@@ -93,4 +184,123 @@ pub fn pool(path: &Path) -> Pool {
         .test_on_check_out(false)
         .connection_timeout(Duration::from_secs(5))
         .build_unchecked(ReadOnly(path.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Deliveries of two sources' targets in every state, created at times that do not
+    /// follow the ids where noted; the writer's connection, on a temporary inbox.
+    fn inbox() -> (tempfile::TempDir, Connection) {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = super::super::open_writer(
+            &dir.path().join("inbox.db"),
+            crate::config::Synchronous::Normal,
+            true,
+        )
+        .unwrap();
+        let rows: [(&str, &str, &str, &str); 9] = [
+            ("gh", "app", "delivered", "2026-01-01T00:00:00.000Z"),
+            ("gh", "app", "pending", "2026-01-01T00:00:02.000Z"),
+            ("gh", "app", "in_flight", "2026-01-01T00:00:03.000Z"),
+            ("gh", "app", "pending", "2026-01-01T00:00:04.000Z"),
+            ("gh", "audit", "dead", "2026-01-01T00:00:01.000Z"),
+            ("gh", "audit", "superseded", "2026-01-01T00:00:05.000Z"),
+            ("sw", "app", "pending", "2026-01-01T00:00:06.000Z"),
+            ("sw", "app", "dead", "2026-01-01T00:00:07.000Z"),
+            ("sw", "old", "delivered", "2026-01-01T00:00:08.000Z"),
+        ];
+        for (i, (source, target, state, created)) in rows.iter().enumerate() {
+            conn.execute(
+                "INSERT INTO events (id, source, event_id, sha256, size, received_at)
+                 VALUES (?1, ?2, ?1, 'x', 1, ?3)",
+                rusqlite::params![i as i64 + 1, source, created],
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO deliveries (event, source, target, idempotency_key, state,
+                                         next_attempt_at, created_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?1, ?4, ?5, ?5, ?5)",
+                rusqlite::params![i as i64 + 1, source, target, state, created],
+            )
+            .unwrap();
+        }
+        (dir, conn)
+    }
+
+    fn sorted(mut counts: Vec<(String, i64)>) -> Vec<(String, i64)> {
+        counts.retain(|(_, n)| *n > 0);
+        counts.sort();
+        counts
+    }
+
+    #[test]
+    fn the_gauges_count_each_targets_backlog_and_name_its_first() {
+        let (_dir, conn) = inbox();
+        assert_eq!(
+            delivery_pairs(&conn).unwrap(),
+            [("gh", "app"), ("gh", "audit"), ("sw", "app"), ("sw", "old")]
+                .map(|(s, t)| (s.to_owned(), t.to_owned()))
+        );
+        let (counts, oldest) = gauges(&conn, false).unwrap();
+        let expect = |pairs: &[(&str, i64)]| -> Vec<(String, i64)> {
+            pairs.iter().map(|(s, n)| (s.to_string(), *n)).collect()
+        };
+        assert_eq!(
+            sorted(counts),
+            expect(&[("dead", 2), ("in_flight", 1), ("pending", 3)])
+        );
+        // The dead delivery created earlier is not waiting; the first pending one is.
+        assert_eq!(oldest.as_deref(), Some("2026-01-01T00:00:02.000Z"));
+        let (counts, _) = gauges(&conn, true).unwrap();
+        assert_eq!(
+            sorted(counts),
+            expect(&[
+                ("dead", 2),
+                ("delivered", 2),
+                ("in_flight", 1),
+                ("pending", 3),
+                ("superseded", 1)
+            ])
+        );
+        assert_eq!(
+            backlog(&conn, "gh", "app").unwrap(),
+            Backlog {
+                pending: 2,
+                in_flight: 1,
+                dead: 0,
+                first: Some((2, "2026-01-01T00:00:02.000Z".into())),
+            }
+        );
+        assert_eq!(
+            backlog(&conn, "sw", "old").unwrap(),
+            Backlog::default(),
+            "delivered history is no backlog"
+        );
+        conn.execute("DELETE FROM deliveries", []).unwrap();
+        assert_eq!(gauges(&conn, false).unwrap(), (Vec::new(), None));
+    }
+
+    #[test]
+    fn the_backlog_is_read_off_deliveries_due_not_scanned() {
+        // Without an index by state, a scan here would read every delivery ever made, at
+        // every scrape and every overview.
+        let (_dir, conn) = inbox();
+        let params = rusqlite::params!["gh", "app", "pending", "in_flight", "dead"];
+        for (sql, n) in [(BACKLOG, 5), (NEXT_PAIR, 2)] {
+            let plan: Vec<String> = conn
+                .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+                .unwrap()
+                .query_map(&params[..n], |r| r.get(3))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            assert!(
+                plan.iter().all(|step| step
+                    .starts_with("SEARCH deliveries USING COVERING INDEX deliveries_due")),
+                "{sql}: {plan:?}"
+            );
+        }
+    }
 }

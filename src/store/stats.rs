@@ -3,9 +3,10 @@
 //! The source queries read a time window (on SQLite the rows after its boundary by id,
 //! [`super::timeline`], and the newest event per source from `latest_received`; on
 //! PostgreSQL the index `events_age`), the attempt query the index `attempts_started`;
-//! the queue's (pending and dead per target) read every pending or
-//! dead row through `deliveries_state`, which stays short while the backlog and the dead
-//! rows kept are thousands, not millions.
+//! the queue's (pending and dead per target) read every pending or dead row of the target,
+//! on SQLite its stretch of `deliveries_due` ([`super::read::backlog`]), on PostgreSQL
+//! through `deliveries_state`; either stays short while the backlog and the dead rows kept
+//! are thousands, not millions.
 
 use super::sql::{Db, Error};
 
@@ -138,23 +139,37 @@ pub fn targets(db: Db, pairs: &[(String, String)], since: &str) -> Result<Vec<Ta
             updates.push((i, Update::Attempts(n, failed)));
         }
     }
-    for (s, t, n, oldest) in db.rows(
-        "SELECT source, target, count(*), min(created_at) FROM deliveries
-          WHERE state IN ('pending', 'in_flight') GROUP BY 1, 2",
-        &[],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-    )? {
-        if let Some(i) = find(s, t) {
-            updates.push((i, Update::Pending(n, oldest)));
+    match db {
+        // Per target, from its stretch of `deliveries_due`: no index leads with the state.
+        Db::Sqlite(conn) => {
+            for (i, t) in out.iter().enumerate() {
+                let b = super::read::backlog(conn, &t.source, &t.target)?;
+                if let Some((_, created)) = b.first {
+                    updates.push((i, Update::Pending(b.pending + b.in_flight, created)));
+                }
+                updates.push((i, Update::Dead(b.dead)));
+            }
         }
-    }
-    for (s, t, n) in db.rows(
-        "SELECT source, target, count(*) FROM deliveries WHERE state = 'dead' GROUP BY 1, 2",
-        &[],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-    )? {
-        if let Some(i) = find(s, t) {
-            updates.push((i, Update::Dead(n)));
+        Db::Postgres(_) => {
+            for (s, t, n, oldest) in db.rows(
+                "SELECT source, target, count(*), min(created_at) FROM deliveries
+                  WHERE state IN ('pending', 'in_flight') GROUP BY 1, 2",
+                &[],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )? {
+                if let Some(i) = find(s, t) {
+                    updates.push((i, Update::Pending(n, oldest)));
+                }
+            }
+            for (s, t, n) in db.rows(
+                "SELECT source, target, count(*) FROM deliveries WHERE state = 'dead' GROUP BY 1, 2",
+                &[],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )? {
+                if let Some(i) = find(s, t) {
+                    updates.push((i, Update::Dead(n)));
+                }
+            }
         }
     }
     for (i, update) in updates {

@@ -491,7 +491,7 @@ pub async fn events(
         .collect())
 }
 
-/// As on SQLite ([`crate::store::read::delivery_counts`]): every state only if `settled`.
+/// As on SQLite ([`crate::store::read::gauges`]): every state only if `settled`.
 pub async fn gauges(
     client: &Client,
     settled: bool,
