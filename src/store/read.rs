@@ -25,7 +25,13 @@ impl r2d2::ManageConnection for ReadOnly {
     type Error = rusqlite::Error;
 
     fn connect(&self) -> rusqlite::Result<Connection> {
-        open(&self.0)
+        // Not mapped, unlike `open`: a read transaction that finds the WAL changed since the
+        // connection's last one unmaps the whole file (SQLite's pager does, so that a file
+        // another process truncated and regrew is never read through a stale mapping), and
+        // serve's readers start one after nearly every commit. Mapped, each paid an munmap,
+        // an mmap and a page fault per page it touched: 8% of the server's CPU while
+        // receiving for a source with a target (BENCHMARKS.md, "Readers without a map").
+        unmapped(&self.0)
     }
 
     fn is_valid(&self, conn: &mut Connection) -> rusqlite::Result<()> {
@@ -39,14 +45,20 @@ impl r2d2::ManageConnection for ReadOnly {
 
 /// One read-only connection, for one-off commands.
 pub fn open(path: &Path) -> rusqlite::Result<Connection> {
+    let conn = unmapped(path)?;
+    // A command's reads are a few long walks (a listing, a count, a backup's copy):
+    // mapped, their pages are read in place rather than copied in with pread.
+    conn.pragma_update(None, "mmap_size", super::MMAP_SIZE)?;
+    Ok(conn)
+}
+
+/// A read-only connection that reads pages with pread.
+fn unmapped(path: &Path) -> rusqlite::Result<Connection> {
     let conn = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
     conn.busy_timeout(READ_BUSY_TIMEOUT)?;
-    // Every commit of the writer empties a reader's page cache, so without a mapping each
-    // query copies its pages in again with pread; mapped, they are read in place.
-    conn.pragma_update(None, "mmap_size", super::MMAP_SIZE)?;
     super::stable_plans(&conn)?;
     Ok(conn)
 }
