@@ -202,8 +202,8 @@ pub fn pool(path: &Path) -> Pool {
 mod tests {
     use super::*;
 
-    /// Deliveries of two sources' targets in every state, created at times that do not
-    /// follow the ids where noted; the writer's connection, on a temporary inbox.
+    /// Deliveries of two sources' targets in every state, one dead delivery created before
+    /// every waiting one; the writer's connection, on a temporary inbox.
     fn inbox() -> (tempfile::TempDir, Connection) {
         let dir = tempfile::tempdir().unwrap();
         let conn = super::super::open_writer(
