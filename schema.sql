@@ -422,6 +422,7 @@ CREATE INDEX deliveries_dead ON deliveries (updated_at) WHERE state = 'dead';
 -- stored events of a source with a target rewrote its tail: about two pages a commit, a
 -- tenth of what such an event cost (11.0 KiB with it, 9.9 without, ordered ids). The
 -- backlog's counts read each target's stretch of `deliveries_due`, which leads with
--- (source, target, state); the dead listings use `deliveries_dead`; the leases
--- `deliveries_leases`.
+-- (source, target, state); the dead listings and replay's choice of dead deliveries use
+-- `deliveries_dead`; the leases `deliveries_leases`. The view `pending_deliveries` now
+-- reads every delivery unless a source and target are named.
 DROP INDEX deliveries_state;

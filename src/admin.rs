@@ -25,7 +25,7 @@ use crate::store::{Gauges, Store};
 const READY_PING_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How often a scrape recounts the delivered and superseded rows. They pile up until
-/// retention takes them, and counting them walks every one (40–60 ms a million on SQLite, a
+/// retention takes them, and counting them walks every one (70–80 ms a million on SQLite, a
 /// scan on PostgreSQL), where the backlog's states are a short stretch of an index.
 const SETTLED_RECOUNT: Duration = Duration::from_secs(60);
 

@@ -462,7 +462,7 @@ async fn sweeper(
 async fn run_target(
     t: Arc<TargetRun>,
     shared: Shared,
-    mut commits: watch::Receiver<()>,
+    mut commits: watch::Receiver<u64>,
     mut stop: watch::Receiver<Option<Duration>>,
     beat: Arc<AtomicU64>,
 ) {
@@ -479,11 +479,14 @@ async fn run_target(
     // have changed since (a commit, the idle poll), so that it is worth reading again.
     let mut due: Option<SystemTime> = None;
     let mut look_again = true;
-    // While paused, a commit of the source is no reason to look (nothing can come due), but
-    // commits may come so often that the idle poll's sleep never ends: the look then waits
-    // for this to be an idle poll old. Each look was a reader's round trip after every
-    // commit: 8% of the server's CPU while a paused target's source received at full rate.
+    // While paused, a commit of the source is no reason to look (nothing can come due):
+    // the loop looks when the last look is an idle poll old, or when something other than a
+    // commit woke it ([`Commits::all`]: a resume or a replay inside serve). A look after
+    // every commit was 16% of the async side's samples while a paused target's source
+    // received at full rate (BENCHMARKS.md, "Readers without a map, and a paused target's
+    // looks").
     let mut last_look = Instant::now();
+    let mut steered = *commits.borrow();
     while stop.borrow().is_none() {
         beat.store(unix_millis(), Ordering::Relaxed);
         while let Some(ended) = inflight.try_join_next() {
@@ -599,10 +602,19 @@ async fn run_target(
             // Results wait for the batch at most a short while.
             wait = wait.min(CLAIM_BATCH_WAIT.saturating_sub(last_turn.elapsed()));
         }
+        if paused.is_some() && !look_again {
+            // The idle poll counts from the last look: commits waking the loop meanwhile
+            // must not push it back.
+            wait = wait.min(IDLE_POLL.saturating_sub(last_look.elapsed()));
+        }
         tokio::select! {
             // The writer lives as long as this loop's handle to it: never an error.
             _ = commits.changed() => {
-                look_again |= paused.is_none() || last_look.elapsed() >= IDLE_POLL;
+                let now_steered = *commits.borrow_and_update();
+                look_again |= paused.is_none()
+                    || now_steered != steered
+                    || last_look.elapsed() >= IDLE_POLL;
+                steered = now_steered;
             }
             Some(ended) = inflight.join_next(), if !inflight.is_empty() => {
                 done.extend(ended.ok().flatten());

@@ -10,24 +10,26 @@ use std::sync::RwLock;
 
 use tokio::sync::watch;
 
-/// Per source, a channel whose value never matters: a send marks every subscriber's
-/// receiver changed, and a change seen late is still seen (unlike a bare `Notify`).
+/// Per source, a channel: a send marks every subscriber's receiver changed, and a change
+/// seen late is still seen (unlike a bare `Notify`). Its value counts the
+/// [`Commits::all`]s, so that a loop can tell a change of state it must look at (a resume)
+/// from one more commit, which a paused target's loop need not look at.
 #[derive(Debug, Default)]
 pub struct Commits {
-    sources: RwLock<HashMap<String, watch::Sender<()>>>,
+    sources: RwLock<HashMap<String, watch::Sender<u64>>>,
 }
 
 impl Commits {
     /// A receiver that changes whenever a new event of `source` is committed (and on
     /// [`Commits::all`]).
-    pub fn subscribe(&self, source: &str) -> watch::Receiver<()> {
+    pub fn subscribe(&self, source: &str) -> watch::Receiver<u64> {
         let mut sources = self
             .sources
             .write()
             .expect("no panics while holding the lock");
         sources
             .entry(source.to_owned())
-            .or_insert_with(|| watch::channel(()).0)
+            .or_insert_with(|| watch::channel(0).0)
             .subscribe()
     }
 
@@ -38,18 +40,19 @@ impl Commits {
             .read()
             .expect("no panics while holding the lock");
         if let Some(tx) = sources.get(source) {
-            tx.send_replace(());
+            tx.send_modify(|_| {});
         }
     }
 
-    /// Every subscriber has something to look at (leases expired and deliveries came back).
+    /// Every subscriber has something to look at (leases expired and deliveries came back,
+    /// an operator resumed or replayed).
     pub fn all(&self) {
         let sources = self
             .sources
             .read()
             .expect("no panics while holding the lock");
         for tx in sources.values() {
-            tx.send_replace(());
+            tx.send_modify(|steered| *steered += 1);
         }
     }
 }
@@ -71,7 +74,10 @@ mod tests {
         a.changed().await.unwrap();
         b.changed().await.unwrap();
         assert!(!other.has_changed().unwrap());
+        assert_eq!(*a.borrow(), 0, "a commit is no call to look");
         commits.all();
         other.changed().await.unwrap();
+        a.changed().await.unwrap();
+        assert_eq!((*a.borrow(), *other.borrow()), (1, 1));
     }
 }

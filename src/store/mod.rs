@@ -40,7 +40,8 @@ pub const SCHEMA: &str = include_str!("../../schema.sql");
 /// because providers time out quickly (Slack after 3 s) and a 503 makes them retry.
 pub const WRITE_LOCK_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// How much of the database file connections map into memory (a limit, not an allocation).
+/// How much of the database file one-off commands' connections map into memory (a limit,
+/// not an allocation; serve's readers map none, see `read::ReadOnly`).
 pub const MMAP_SIZE: i64 = 256 * 1024 * 1024;
 
 /// The writer's WAL pages between checkpoints (SQLite's default is 1000). SQLite checkpoints
