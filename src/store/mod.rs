@@ -376,6 +376,14 @@ pub fn idempotency_key(source: &str, account: &str, event_id: &str, target: &str
     format!("hk_{}", hex::encode(&ctx.finish().as_ref()[..16]))
 }
 
+/// A new inbox in a temporary directory and its writer's connection, for unit tests.
+#[cfg(test)]
+pub(crate) fn temp_inbox() -> (tempfile::TempDir, Connection) {
+    let dir = tempfile::tempdir().unwrap();
+    let conn = open_writer(&dir.path().join("inbox.db"), Synchronous::Normal, true).unwrap();
+    (dir, conn)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -557,16 +557,7 @@ mod tests {
     const T0: &str = "2026-01-01T00:00:00.000Z";
     const NOW: &str = "2026-01-02T00:00:00.000Z";
 
-    fn inbox() -> (tempfile::TempDir, Connection) {
-        let dir = tempfile::tempdir().unwrap();
-        let conn = super::super::open_writer(
-            &dir.path().join("inbox.db"),
-            crate::config::Synchronous::Normal,
-            true,
-        )
-        .unwrap();
-        (dir, conn)
-    }
+    use super::super::temp_inbox as inbox;
 
     /// `n` events of source `sw`, each with a delivery to `app` in `state`, the i-th of key
     /// `{prefix}{i}` at version `version`; their delivery ids.

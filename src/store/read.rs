@@ -214,13 +214,7 @@ mod tests {
     /// Deliveries of two sources' targets in every state, one dead delivery created before
     /// every waiting one; the writer's connection, on a temporary inbox.
     fn inbox() -> (tempfile::TempDir, Connection) {
-        let dir = tempfile::tempdir().unwrap();
-        let conn = super::super::open_writer(
-            &dir.path().join("inbox.db"),
-            crate::config::Synchronous::Normal,
-            true,
-        )
-        .unwrap();
+        let (dir, conn) = super::super::temp_inbox();
         let rows: [(&str, &str, &str, &str); 9] = [
             ("gh", "app", "delivered", "2026-01-01T00:00:00.000Z"),
             ("gh", "app", "pending", "2026-01-01T00:00:02.000Z"),

@@ -274,13 +274,7 @@ mod tests {
     fn dead_and_in_flight_are_read_off_their_partial_indexes() {
         // No index leads with the state since schema 8: a bound state made every replay of
         // dead deliveries walk the whole table.
-        let dir = tempfile::tempdir().unwrap();
-        let conn = super::super::open_writer(
-            &dir.path().join("inbox.db"),
-            crate::config::Synchronous::Normal,
-            true,
-        )
-        .unwrap();
+        let (_dir, conn) = super::super::temp_inbox();
         for (state, index) in [
             ("dead", "deliveries_dead"),
             ("in_flight", "deliveries_leases"),

@@ -207,58 +207,40 @@ async fn a_paused_target_holds_its_deliveries_across_a_restart_and_resume_sends_
 
     // Events keep arriving while it is resumed, each commit waking the paused loop more
     // often than its idle poll: the resume must still be seen.
-    let flowing = tokio::spawn({
-        let post = post(&proc, "evt_flow_0");
-        let (client, base, scheme) = (
-            client.clone(),
-            format!("http://{}", proc.public),
-            d.scheme.clone(),
-        );
-        async move {
-            post.await;
-            for n in 1.. {
-                let id = format!("evt_flow_{n}");
-                let req = sign_with(
-                    &scheme,
-                    &id,
-                    &event_body(&id, ""),
-                    hookinbox::clock::unix_now(),
-                );
-                assert_eq!(
-                    send(&client, &base, "sw", &req).await.unwrap().status(),
-                    200
-                );
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            }
+    let flowing = async {
+        for n in 0.. {
+            post(&proc, &format!("evt_flow_{n}")).await;
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-    });
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    let (code, out, err) = run(&["resume", "sw/app", "--config", &config]).await;
-    assert_eq!(code, 0, "{err}");
-    let pending: i64 = out
-        .split_once("its ")
-        .and_then(|(_, rest)| rest.split_once(" pending"))
-        .and_then(|(n, _)| n.parse().ok())
-        .unwrap_or_else(|| panic!("{out}"));
-    assert!(
-        out.starts_with("resumed sw/app (paused since ") && pending >= 6,
-        "the six held and the flowing ones: {out}"
-    );
-    assert_eq!(
-        conn.wait_count(
-            "SELECT count(*) FROM deliveries d JOIN events e ON e.id = d.event
-              WHERE d.target = 'app' AND d.state = 'delivered' AND e.event_id LIKE 'evt_held_%'",
+    };
+    let resumed = async {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let (code, out, err) = run(&["resume", "sw/app", "--config", &config]).await;
+        assert_eq!(code, 0, "{err}");
+        let pending: i64 = out
+            .split_once("its ")
+            .and_then(|(_, rest)| rest.split_once(" pending"))
+            .and_then(|(n, _)| n.parse().ok())
+            .unwrap_or_else(|| panic!("{out}"));
+        assert!(
+            out.starts_with("resumed sw/app (paused since ") && pending >= 6,
+            "the six held and the flowing ones: {out}"
+        );
+        assert_eq!(
+            conn.wait_count(
+                "SELECT count(*) FROM deliveries d JOIN events e ON e.id = d.event
+                  WHERE d.target = 'app' AND d.state = 'delivered'
+                    AND e.event_id LIKE 'evt_held_%'",
+                6
+            )
+            .await,
             6
-        )
-        .await,
-        6
-    );
-    wait_for_log(&proc, &["target resumed", "target=app"]).await;
-    // It sends until aborted: finished, it failed, and awaiting it says how.
-    if flowing.is_finished() {
-        flowing.await.expect("every flowing event was stored");
-    } else {
-        flowing.abort();
+        );
+        wait_for_log(&proc, &["target resumed", "target=app"]).await;
+    };
+    tokio::select! {
+        () = flowing => unreachable!("it sends until the resume is seen"),
+        () = resumed => {}
     }
     let order: Vec<String> = sink
         .received()
