@@ -384,6 +384,22 @@ pub(crate) fn temp_inbox() -> (tempfile::TempDir, Connection) {
     (dir, conn)
 }
 
+/// The steps of `sql`'s query plan (EXPLAIN QUERY PLAN's detail column), for unit tests
+/// that pin a statement to its index.
+#[cfg(test)]
+pub(crate) fn query_plan(
+    conn: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+) -> Vec<String> {
+    conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+        .unwrap()
+        .query_map(params, |r| r.get(3))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -304,13 +304,7 @@ mod tests {
         let (_dir, conn) = inbox();
         let params = rusqlite::params!["gh", "app", "pending", "in_flight", "dead"];
         for (sql, n) in [(BACKLOG, 5), (NEXT_PAIR, 2), (EVERY_STATE, 0)] {
-            let plan: Vec<String> = conn
-                .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
-                .unwrap()
-                .query_map(&params[..n], |r| r.get(3))
-                .unwrap()
-                .collect::<Result<_, _>>()
-                .unwrap();
+            let plan = super::super::query_plan(&conn, sql, &params[..n]);
             // The table itself only by its rowid; the CTE's own rows may be scanned.
             let reads_the_index = |step: &String| {
                 step.contains("COVERING INDEX deliveries_due")

@@ -286,13 +286,7 @@ mod tests {
             let (filter, values) = f.clause(Dialect::Sqlite);
             assert!(values.is_empty(), "{values:?}");
             let sql = listing(&f, &filter, Dialect::Sqlite);
-            let plan: Vec<String> = conn
-                .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
-                .unwrap()
-                .query_map([], |r| r.get(3))
-                .unwrap()
-                .collect::<Result<_, _>>()
-                .unwrap();
+            let plan = super::super::query_plan(&conn, &sql, []);
             assert!(
                 plan.iter()
                     .any(|step| step == &format!("SCAN d USING INDEX {index}")),
