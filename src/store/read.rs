@@ -89,15 +89,10 @@ pub fn gauges(conn: &Connection, settled: bool) -> rusqlite::Result<(StateCounts
             ("in_flight", b.in_flight),
             ("dead", b.dead),
         ] {
-            match counts.iter_mut().find(|(s, _)| s == state) {
-                Some((_, sum)) => *sum += n,
-                None => counts.push((state.to_owned(), n)),
-            }
+            add(&mut counts, state, n);
         }
-        if let Some(first) = b.first
-            && oldest.as_ref().is_none_or(|(id, _)| first.0 < *id)
-        {
-            oldest = Some(first);
+        if let Some(first) = b.first {
+            keep_first(&mut oldest, first);
         }
     }
     if settled {
@@ -107,14 +102,26 @@ pub fn gauges(conn: &Connection, settled: bool) -> rusqlite::Result<(StateCounts
         let mut rows = every.query([])?;
         while let Some(r) = rows.next()? {
             let (state, n): (String, i64) = (r.get(0)?, r.get(1)?);
-            match counts.iter_mut().find(|(s, _)| *s == state) {
-                Some((_, sum)) => *sum += n,
-                None => counts.push((state, n)),
-            }
+            add(&mut counts, &state, n);
         }
     }
     snapshot.finish()?;
     Ok((counts, oldest.map(|(_, created)| created)))
+}
+
+/// Adds `n` rows in `state` to `counts`.
+fn add(counts: &mut StateCounts, state: &str, n: i64) {
+    match counts.iter_mut().find(|(s, _)| s == state) {
+        Some((_, sum)) => *sum += n,
+        None => counts.push((state.to_owned(), n)),
+    }
+}
+
+/// Keeps in `first` whichever of it and `candidate`, each (id, created_at), has the lower id.
+fn keep_first(first: &mut Option<(i64, String)>, candidate: (i64, String)) {
+    if first.as_ref().is_none_or(|(id, _)| candidate.0 < *id) {
+        *first = Some(candidate);
+    }
 }
 
 /// One target's deliveries waiting or given up on.
@@ -171,8 +178,8 @@ pub fn backlog(conn: &Connection, source: &str, target: &str) -> rusqlite::Resul
             "dead" => b.dead = n,
             _ => continue,
         }
-        if state != "dead" && b.first.as_ref().is_none_or(|(first, _)| id < *first) {
-            b.first = Some((id, created));
+        if state != "dead" {
+            keep_first(&mut b.first, (id, created));
         }
     }
     Ok(b)

@@ -99,9 +99,10 @@ impl Filter {
                 values.push(Value::Text(v.clone()));
             }
         };
+        let fixed_state = self.partial_state(dialect);
         text("d.source = ?", &self.source);
         text("d.target = ?", &self.target);
-        if self.partial_state(dialect).is_none() {
+        if fixed_state.is_none() {
             text("d.state = ?", &self.state);
         }
         text("e.received_at >= ?", &self.since);
@@ -114,7 +115,7 @@ impl Filter {
             Dialect::Postgres => "strpos(lower(d.last_error), lower(?)) > 0",
         };
         text(contains, &self.error());
-        clauses.extend(self.partial_state(dialect).map(str::to_owned));
+        clauses.extend(fixed_state.map(str::to_owned));
         if let Some(event) = self.event {
             clauses.push("d.event = ?".to_owned());
             values.push(Value::Integer(event));
