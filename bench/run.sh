@@ -22,12 +22,16 @@
 #   target      ordered ids to a source with one target (paused, so nothing is sent):
 #               each event also writes its delivery row, as it does for every source
 #               that forwards
+#   live        the same with the target up (the default concurrency, 4), forwarding to
+#               the bare server while events arrive: what a forwarding source costs,
+#               with the deliveries it made meanwhile (their rate, the backlog left)
 #   duplicate   the same signed event over and over (verify, find the identity, answer)
 # Each round's ratios are against that round's wrk ceiling; the table shows the median
 # rate of each row, the median and the range of its per-round ratios, and the worst p99.
 # For hookinbox's rows it also shows, measured around each run: the server's CPU per
 # request (/proc/PID/stat), the bytes it wrote per stored event (/proc/PID/io,
-# write_bytes: WAL frames, checkpoints, everything), and the events per commit (/metrics).
+# write_bytes: WAL frames, checkpoints, everything), and the events per commit (/metrics);
+# in the live row both include the forwarding done meanwhile.
 # Then, once:
 #   forward     events stored while their target is paused, then resumed with a local HTTP
 #               sink (the bare server) up: accepted deliveries per second, from the first
@@ -143,13 +147,53 @@ pub=$pub_t admin=$admin_t config "$work/target.toml" "$work/target.db" "[[source
 name = \"app\"
 url = \"http://127.0.0.1:$bare/app\""
 
+# A third whose target is up, with the default concurrency: it forwards to the bare server
+# while it receives.
+pub_l=$(free_port); admin_l=$(free_port)
+pub=$pub_l admin=$admin_l config "$work/live.toml" "$work/live.db" "[[sources.targets]]
+name = \"app\"
+url = \"http://127.0.0.1:$bare/app\""
+
 "$bin/hookinbox-loadgen" bare --listen "127.0.0.1:$bare" 2>/dev/null & pids+=($!)
 "$bin/hookinbox" serve --config "$work/plain.toml" 2>"$work/serve.log" & serve=$!; pids+=("$serve")
 "$bin/hookinbox" serve --config "$work/target.toml" 2>"$work/target.log" & serve_t=$!; pids+=("$serve_t")
+"$bin/hookinbox" serve --config "$work/live.toml" 2>"$work/live.log" & serve_l=$!; pids+=("$serve_l")
 wait_port "$bare"
 wait_port "$pub"
 wait_port "$pub_t"
-"$bin/hookinbox" pause bench/app --config "$work/target.toml" >/dev/null
+wait_port "$pub_l"
+# An inbox's deliveries so far ($1 = its name): accepted, and all of them.
+delivered() { sqlite3 "$work/$1.db" "SELECT count(*) FILTER (WHERE state = 'delivered'), count(*) FROM deliveries" | tr '|' ' '; }
+# Waits until every delivery of inbox $1 is accepted (at most 300 s); prints how long it took.
+drain() {
+    local started d
+    started=$(date +%s.%N)
+    while read -r -a d < <(delivered "$1") && [ "${d[0]}" -lt "${d[1]}" ]; do
+        sleep 0.2
+        if (( $(date +%s) - ${started%.*} > 300 )); then echo "the backlog of $1 did not drain" >&2; break; fi
+    done
+    echo "$(date +%s.%N) - $started" | bc -l
+}
+# One load generator run against serve ($1 = pid) whose inbox ($2) has a live target, with
+# the deliveries accepted during it (per second) and the backlog left at its end; then the
+# backlog drains, so that forwarding does not take the cores from what is measured next,
+# and how long that took is recorded too. Flags for the load generator after.
+measured_live() {
+    local pid=$1 inbox=$2 d0 d1 out drained; shift 2
+    read -r d0 _ < <(delivered "$inbox")
+    out=$(measured "$pid" "$@")
+    read -r -a d1 < <(delivered "$inbox")
+    drained=$(drain "$inbox")
+    python3 - "$out" "$d0" "${d1[0]}" "${d1[1]}" "$seconds" "$drained" <<'PY'
+import json, sys
+run = json.loads(sys.argv[1])
+d0, d1, total, seconds, drained = (float(x) for x in sys.argv[2:])
+run["forwarded_per_second"] = (d1 - d0) / seconds
+run["backlog"] = total - d1
+run["drained_s"] = drained
+print(json.dumps(run))
+PY
+}
 for round in $(seq "$rounds"); do
     echo "round $round of $rounds" >&2
     ceiling >>"$work/wrk.jsonl"
@@ -158,11 +202,13 @@ for round in $(seq "$rounds"); do
     measured "$serve" --ids ordered >>"$work/ordered.jsonl"
     measured "$serve" --ids random >>"$work/random.jsonl"
     pub=$pub_t admin=$admin_t measured "$serve_t" --ids ordered >>"$work/target.jsonl"
+    pub=$pub_l admin=$admin_l measured_live "$serve_l" live --ids ordered >>"$work/live.jsonl"
     measured "$serve" --ids duplicate >>"$work/duplicate.jsonl"
 done
 rss_recv=$(awk '/VmHWM/ {print $2}' "/proc/$serve/status")
-kill -TERM "$serve" "$serve_t"; wait "$serve" || true; wait "$serve_t" || true
-stored=$(( $(sqlite3 "$work/plain.db" "SELECT count(*) FROM events") + $(sqlite3 "$work/target.db" "SELECT count(*) FROM events") ))
+kill -TERM "$serve" "$serve_t" "$serve_l"; wait "$serve" || true; wait "$serve_t" || true; wait "$serve_l" || true
+stored=0
+for db in plain target live; do stored=$((stored + $(sqlite3 "$work/$db.db" "SELECT count(*) FROM events"))); done
 ceiling=$(python3 -c 'import json, statistics, sys
 print(statistics.median(json.loads(l)["per_second"] for l in open(sys.argv[1])))' "$work/wrk.jsonl")
 
@@ -271,6 +317,30 @@ ordered_row=$(printf '| forward, source with ordering | %.0f | %.2f | | | %s | |
 ordered_queued=$queued
 forwarding fwd ''
 
+# Sustained: events offered at a steady rate (the load generator's --rate) to a source whose
+# target is up, with the default concurrency (4) and with 32: whether forwarding keeps up
+# (the backlog at the end of each run) and what it accepted meanwhile. Each attempt waits
+# for the commit of its claim, so at a given concurrency a fast target is limited by the
+# writer's round trip, not by its own speed.
+sustained() { # $1 = the target's concurrency
+    local pid offered
+    config "$work/steady$1.toml" "$work/steady$1.db" "[[sources.targets]]
+name = \"sink\"
+url = \"http://127.0.0.1:$bare/sink\"
+concurrency = $1"
+    "$bin/hookinbox" serve --config "$work/steady$1.toml" 2>"$work/steady$1.log" & pid=$!; pids+=("$pid")
+    wait_port "$pub"
+    for offered in 2000 5000 10000; do
+        measured_live "$pid" "steady$1" --ids ordered --rate "$offered" \
+            | python3 -c 'import json, sys; r = json.load(sys.stdin); r.update(concurrency=int(sys.argv[1]), offered=int(sys.argv[2])); print(json.dumps(r))' "$1" "$offered" \
+            >>"$work/steady.jsonl"
+    done
+    kill -TERM "$pid"; wait "$pid" || true
+}
+echo "sustained forwarding" >&2
+sustained 4
+sustained 32
+
 printf '\n%s rounds of %s s, %s connections; events/s and p50 are medians, p99 the worst round. A ratio\n' "$rounds" "$seconds" "$conns"
 printf 'is the median of the rounds'"'"' ratios, each run against the wrk ceiling of its own round, range in\n'
 printf 'brackets; forward and peer run once, against the median ceiling. CPU is per request, bytes\n'
@@ -287,18 +357,25 @@ rows = [(f"ceiling: wrk -t{cores}, bare hyper", "wrk"),
         (f"ceiling: hookinbox-loadgen --threads {cores}, bare hyper", "loadgen"),
         ("hookinbox-loadgen --threads 1 (as below), bare hyper", "loadgen1"),
         ("unique, ordered ids", "ordered"), ("unique, random ids", "random"),
-        ("unique, ordered ids, one target (paused)", "target"), ("duplicate", "duplicate")]
+        ("unique, ordered ids, one target (paused)", "target"),
+        ("unique, ordered ids, one target forwarding", "live"), ("duplicate", "duplicate")]
 for label, name in rows:
     runs = load(name)
     ratios = [r["per_second"] / c["per_second"] for r, c in zip(runs, ceiling)]
     med = lambda k: statistics.median(r[k] for r in runs)
     cpu = f"{med('server_cpu_us'):.1f}" if "server_cpu_us" in runs[0] else (
         f"{med('cpu_us_per_request'):.1f} (its own)" if "cpu_us_per_request" in runs[0] else "")
-    kib = f"{med('kib_per_event'):.2f}" if name in ("ordered", "random", "target") else ""
-    per = f"{med('per_commit'):.1f}" if name in ("ordered", "random", "target") else ""
+    kib = f"{med('kib_per_event'):.2f}" if name in ("ordered", "random", "target", "live") else ""
+    per = f"{med('per_commit'):.1f}" if name in ("ordered", "random", "target", "live") else ""
     print(f"| {label} | {med('per_second'):.0f} "
           f"| {statistics.median(ratios):.2f} [{min(ratios):.2f}–{max(ratios):.2f}] "
           f"| {med('p50_ms'):.2f} | {max(r['p99_ms'] for r in runs):.2f} | {cpu} | {kib} | {per} |")
+live = load("live")
+backlogs = ", ".join(str(int(r["backlog"])) for r in live)
+drains = ", ".join(f"{r['drained_s']:.1f}" for r in live)
+print(f"\n(forwarding while receiving: {statistics.median(r['forwarded_per_second'] for r in live):.0f}"
+      f" deliveries/s accepted, median of the rounds; backlog at the end of each round:"
+      f" {backlogs}; drained after it in {drains} s)\n")
 PY
 printf '| forward to a local sink | %.0f | %.2f | | | %s | | |\n' "$forward" "$(echo "$forward / $ceiling" | bc -l)" "$forward_cpu"
 printf '%s\n' "$ordered_row"
@@ -306,15 +383,25 @@ if [ -n "$peer" ]; then
     r=$(field "$peer" per_second)
     printf '| %s | %s | %.2f | %s | %s | | | |\n' "$peer_label" "$r" "$(echo "$r / $ceiling" | bc -l)" "$(field "$peer" p50_ms)" "$(field "$peer" p99_ms)"
 fi
+printf '\nSustained: a source whose target is up, offered a steady rate for %s s each.\n\n' "$seconds"
+printf '| target concurrency | offered events/s | stored/s | forwarded/s | backlog at the end | drained in s | p99 ms | non-2xx |\n'
+printf '|---:|---:|---:|---:|---:|---:|---:|---:|\n'
+python3 - "$work/steady.jsonl" <<'PY'
+import json, sys
+for r in map(json.loads, open(sys.argv[1])):
+    print(f"| {r['concurrency']} | {r['offered']} | {r['per_second']:.0f} | {r['forwarded_per_second']:.0f} "
+          f"| {int(r['backlog'])} | {r['drained_s']:.1f} | {r['p99_ms']:.2f} | {r['non_2xx'] + r['errors']} |")
+PY
 printf '\npeak RSS: %s KiB receiving, %s KiB forwarding; %s events stored in the rounds; %s forwarded (%s with ordering)\n' \
     "$rss_recv" "$rss_fwd" "$stored" "$queued" "$ordered_queued"
 totals() { # non-2xx/errors summed over a .jsonl file's runs
     python3 -c 'import json, sys; runs = [json.loads(l) for l in open(sys.argv[1])]
 print("/".join(str(sum(r[k] for r in runs)) for k in ("non_2xx", "errors")))' "$1"
 }
-printf 'non-2xx / errors over all rounds: wrk %s, loadgen %s and %s, ordered %s, random %s, one target %s, duplicate %s\n' \
+printf 'non-2xx / errors over all rounds: wrk %s, loadgen %s and %s, ordered %s, random %s, one target %s, live %s, duplicate %s\n' \
     "$(totals "$work/wrk.jsonl")" "$(totals "$work/loadgen.jsonl")" "$(totals "$work/loadgen1.jsonl")" "$(totals "$work/ordered.jsonl")" \
-    "$(totals "$work/random.jsonl")" "$(totals "$work/target.jsonl")" "$(totals "$work/duplicate.jsonl")"
+    "$(totals "$work/random.jsonl")" "$(totals "$work/target.jsonl")" "$(totals "$work/live.jsonl")" \
+    "$(totals "$work/duplicate.jsonl")"
 if [ -n "$peer" ]; then
     printf 'peer: non-2xx / errors %s/%s, peak RSS %s KiB (webhook alone, not its /bin/true children); %s\n' \
         "$(field "$peer" non_2xx)" "$(field "$peer" errors)" "$rss_peer" "$peer_note"

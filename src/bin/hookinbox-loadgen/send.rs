@@ -173,8 +173,16 @@ async fn connection(
     logging: bool,
 ) -> Tally {
     let mut tally = Tally::default();
-    let pause = (plan.rate > 0)
+    // With a rate, each connection sends on a schedule of its own, its start staggered
+    // across one interval: a request is due an interval after the one before was due, not
+    // after it was answered, so the timer's millisecond granularity (a sleep ends on the
+    // next tick) and the answers' latency do not lower the rate. A connection behind its
+    // schedule (a slow answer) sends at once until it has caught up.
+    let interval = (plan.rate > 0)
         .then(|| Duration::from_secs_f64(plan.connections as f64 / plan.rate as f64));
+    let mut due = interval.map(|i| {
+        Instant::now() + i.mul_f64(c as f64 / plan.connections.max(1) as f64)
+    });
     let mut rng = Rng((seed as u64 ^ (c as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)) | 1);
     let mut request = Vec::with_capacity(plan.body_size + 1024);
     let mut answer = BytesMut::with_capacity(4096);
@@ -184,6 +192,13 @@ async fn connection(
     let mut json = String::with_capacity(plan.body_size + 128);
     let mut n = 0u64;
     while Instant::now() < deadline {
+        if let (Some(at), Some(i)) = (due.as_mut(), interval) {
+            if *at >= deadline {
+                break;
+            }
+            tokio::time::sleep_until((*at).into()).await;
+            *at += i;
+        }
         // Written into buffers kept from request to request: the sender's own work per
         // request is part of what the ceiling measures.
         id.clear();
@@ -232,9 +247,6 @@ async fn connection(
         }
         if logging {
             tally.sent.push(Sent::new(id.clone(), &signed.body, status));
-        }
-        if let Some(p) = pause {
-            tokio::time::sleep(p.saturating_sub(sent.elapsed())).await;
         }
     }
     tally
