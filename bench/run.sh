@@ -2,7 +2,7 @@
 # The benchmark: prints numbers, asserts nothing. Everything runs on this machine, in one
 # run, so compare the ratios, not the absolute figures (shared machines are noisy).
 #
-#   bench/run.sh                 # 3 rounds, 6 s per measurement (about 5 minutes)
+#   bench/run.sh                 # 3 rounds, 6 s per measurement (about 10 minutes)
 #   BENCH_SECONDS=20 BENCH_ROUNDS=5 bench/run.sh
 #
 # Each round measures, in turn, with 32 keep-alive connections and 1.5 KB bodies:
@@ -162,6 +162,7 @@ wait_port "$bare"
 wait_port "$pub"
 wait_port "$pub_t"
 wait_port "$pub_l"
+"$bin/hookinbox" pause bench/app --config "$work/target.toml" >/dev/null
 # An inbox's deliveries so far ($1 = its name): accepted, and all of them.
 delivered() { sqlite3 "$work/$1.db" "SELECT count(*) FILTER (WHERE state = 'delivered'), count(*) FROM deliveries" | tr '|' ' '; }
 # Waits until every delivery of inbox $1 is accepted (at most 300 s); prints how long it took.

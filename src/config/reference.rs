@@ -621,7 +621,11 @@ const TARGET_KEYS: &[Key] = &[
         name: "concurrency",
         form: "integer",
         if_absent: IfAbsent::Default("4"),
-        meaning: "Attempts in flight at once for this target, 1 to 256.",
+        meaning: "Attempts in flight at once for this target, 1 to 256. Between two \
+                      attempts a slot waits for the inbox to record the result and claim \
+                      the next delivery (about a commit), so a slot takes at most about a \
+                      thousand deliveries a second, however fast the target answers: raise \
+                      it for a fast app that must keep up with more.",
     },
     Key {
         name: "sign_secret",

@@ -180,9 +180,8 @@ async fn connection(
     // schedule (a slow answer) sends at once until it has caught up.
     let interval = (plan.rate > 0)
         .then(|| Duration::from_secs_f64(plan.connections as f64 / plan.rate as f64));
-    let mut due = interval.map(|i| {
-        Instant::now() + i.mul_f64(c as f64 / plan.connections.max(1) as f64)
-    });
+    let mut due =
+        interval.map(|i| Instant::now() + i.mul_f64(c as f64 / plan.connections.max(1) as f64));
     let mut rng = Rng((seed as u64 ^ (c as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)) | 1);
     let mut request = Vec::with_capacity(plan.body_size + 1024);
     let mut answer = BytesMut::with_capacity(4096);
