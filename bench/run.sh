@@ -295,14 +295,10 @@ concurrency = 32"
     "$bin/hookinbox" pause bench/sink --config "$work/$1.toml" >/dev/null
     send "http://127.0.0.1:$pub" >/dev/null
     queued=$(sqlite3 "$work/$1.db" "SELECT count(*) FROM events")
-    local cpu_before cpu_after started
+    local cpu_before cpu_after
     cpu_before=$(awk '{print $14 + $15}' "/proc/$fwd/stat")
     "$bin/hookinbox" resume bench/sink --config "$work/$1.toml" >/dev/null
-    started=$(date +%s)
-    while [ "$(sqlite3 "$work/$1.db" "SELECT count(*) FROM deliveries WHERE state = 'delivered'")" -lt "$queued" ]; do
-        sleep 0.2
-        if [ $(($(date +%s) - started)) -gt 300 ]; then echo "forwarding ($1) did not finish" >&2; break; fi
-    done
+    drain "$1" >/dev/null
     cpu_after=$(awk '{print $14 + $15}' "/proc/$fwd/stat")
     forward=$(sqlite3 "$work/$1.db" "SELECT count(*) / ((julianday(max(updated_at)) - julianday(min(updated_at))) * 86400.0)
                                       FROM deliveries WHERE state = 'delivered'")
