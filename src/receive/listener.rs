@@ -37,6 +37,13 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pause after a failed accept (out of file descriptors, say) before trying again, so the
 /// loop does not spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+/// How long a new connection is spared from being closed for room before its first request
+/// starts. Without it a burst of ordinary senders over the cap closed one another: a
+/// connection accepted a moment ago, its request already in the socket but not yet parsed,
+/// was the longest "idle" one, and its sender got a reset (a burst of 100 signed requests
+/// at a cap of 64: 17 resets and 18 empty 503s). A second covers a TLS handshake and a
+/// head from across the world; a connection that has sent nothing by then is slow.
+const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(1);
 
 pub struct Limits {
     /// How long a peer may stay silent: while sending its request head, between requests on
@@ -59,7 +66,8 @@ impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
 /// At most `max_connections` are open at once. When every slot is taken and another peer
 /// connects, the connection that has waited longest without a request in progress (one
 /// still sending its head, doing its TLS handshake, or idle between requests) is closed to
-/// make room; only when every connection is inside a request does the new one wait.
+/// make room, a new one only once it has had [`FIRST_REQUEST_GRACE`] to start its first
+/// request; while no connection can be closed, the new one waits.
 /// Otherwise a few hundred slow or idle connections would hold every slot until their
 /// header timeout and a provider's signed request would wait behind them (Slack gives up
 /// after 3 s). Nothing is lost by it: a closed connection had no request in progress, and
@@ -76,8 +84,13 @@ where
     let idle = Arc::new(Idle::default());
     let graceful = GracefulShutdown::new();
     let mut builder = http1::Builder::new();
+    // half_close: a sender may shut its side down once its request is written (`nc -N`,
+    // some scripts and proxies). hyper's default takes that end of input for the end of
+    // the connection and drops the answer, though the event was stored; with it the answer
+    // is still written.
     builder
         .timer(TokioTimer::new())
+        .half_close(true)
         .header_read_timeout(limits.header_timeout)
         .max_headers(MAX_HEADERS)
         .max_buf_size(MAX_HEAD_BYTES);
@@ -100,7 +113,7 @@ where
             // it is gone. If every connection is inside a request, wait for a slot, and try
             // again whenever one of them finishes its request and so could be closed.
             Err(_) => loop {
-                let closed = idle.close_oldest();
+                let (closed, spared_until) = idle.close_oldest(Instant::now());
                 if closed {
                     if let Some(c) = &limits.closed_for_room {
                         c.inc();
@@ -110,6 +123,7 @@ where
                 tokio::select! {
                     p = permits.clone().acquire_owned() => break p.expect("the semaphore is never closed"),
                     () = idle.became_idle.notified(), if !closed => {}
+                    () = sleep_until_some(spared_until), if !closed => {}
                     () = &mut shutdown => break 'accept,
                 }
             },
@@ -197,12 +211,22 @@ where
     }
 }
 
-/// The answer to a request that arrived on a connection just closed for room: never sent
-/// in practice (the connection is gone), but the service must answer something.
+/// Sleeps until `deadline`, or forever without one.
+async fn sleep_until_some(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The answer to a request whose connection was closed for room between its head and its
+/// start: usually lost with the connection, but hyper may write it first, so it says when
+/// to come back, as every 503 does.
 fn busy() -> Response<Full<Bytes>> {
     Response::builder()
         .status(hyper::http::StatusCode::SERVICE_UNAVAILABLE)
         .header(CONNECTION, "close")
+        .header(hyper::header::RETRY_AFTER, super::answer::RETRY_AFTER_SECS)
         .body(Full::new(Bytes::new()))
         .expect("static header values are valid")
 }
@@ -262,8 +286,10 @@ struct Idle {
 struct Slot {
     id: u64,
     state: std::sync::atomic::AtomicU8,
-    /// Since when it has been between requests.
+    /// Since when it has been between requests (or open, before its first).
     since: std::sync::Mutex<Instant>,
+    /// Whether a request has started on it: before that it has [`FIRST_REQUEST_GRACE`].
+    served: std::sync::atomic::AtomicBool,
     closed: Notify,
     became_idle: Arc<Notify>,
 }
@@ -279,6 +305,7 @@ impl Idle {
             id,
             state: BETWEEN.into(),
             since: std::sync::Mutex::new(Instant::now()),
+            served: false.into(),
             closed: Notify::new(),
             became_idle: self.became_idle.clone(),
         });
@@ -296,21 +323,27 @@ impl Idle {
             .remove(&slot.id);
     }
 
-    /// Closes the connection that has been between requests the longest, if any.
-    fn close_oldest(&self) -> bool {
+    /// Closes the connection that has been between requests the longest, if any may be
+    /// closed `now`. Otherwise also says when the first connection still in its grace for a
+    /// first request loses it.
+    fn close_oldest(&self, now: Instant) -> (bool, Option<Instant>) {
         let slots = self.slots.lock().expect("no panics while holding the lock");
-        let mut candidates: Vec<(Instant, &Arc<Slot>)> = slots
-            .values()
-            .filter(|s| s.state.load(Ordering::Acquire) == BETWEEN)
-            .map(|s| {
-                (
-                    *s.since.lock().expect("no panics while holding the lock"),
-                    s,
-                )
-            })
-            .collect();
+        let mut spared_until: Option<Instant> = None;
+        let mut candidates: Vec<(Instant, &Arc<Slot>)> = Vec::new();
+        for s in slots.values() {
+            if s.state.load(Ordering::Acquire) != BETWEEN {
+                continue;
+            }
+            let since = *s.since.lock().expect("no panics while holding the lock");
+            let grace_ends = since + FIRST_REQUEST_GRACE;
+            if !s.served.load(Ordering::Acquire) && grace_ends > now {
+                spared_until = Some(spared_until.map_or(grace_ends, |t| t.min(grace_ends)));
+                continue;
+            }
+            candidates.push((since, s));
+        }
         candidates.sort_by_key(|(since, _)| *since);
-        candidates.into_iter().any(|(_, s)| {
+        let closed = candidates.into_iter().any(|(_, s)| {
             let won = s
                 .state
                 .compare_exchange(BETWEEN, CLOSED, Ordering::AcqRel, Ordering::Acquire)
@@ -320,16 +353,22 @@ impl Idle {
                 s.closed.notify_one();
             }
             won
-        })
+        });
+        (closed, spared_until)
     }
 }
 
 impl Slot {
     /// A request starts; false if the connection was closed for room first.
     fn begin(&self) -> bool {
-        self.state
+        let began = self
+            .state
             .compare_exchange(BETWEEN, IN_REQUEST, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
+            .is_ok();
+        if began {
+            self.served.store(true, Ordering::Release);
+        }
+        began
     }
 
     /// The request was answered; the connection is between requests again.

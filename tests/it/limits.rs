@@ -375,3 +375,105 @@ async fn a_connection_that_becomes_idle_at_the_cap_makes_room_at_once() {
     drop(a);
     server.stop().await;
 }
+
+/// A burst of ordinary senders, ten times the connection cap, each connecting and sending
+/// one whole signed request at once: every one is answered 200. A new connection is not
+/// closed for room before it has had a moment for its first request; before, the senders
+/// closed one another's connections while their requests sat unparsed in the socket, and
+/// got resets or empty 503s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_senders_over_the_cap_is_answered_in_full() {
+    let settings = SERVER.replace(
+        "header_timeout = \"1s\"",
+        "header_timeout = \"30s\"\nmax_connections = 4",
+    );
+    let server = TestServer::start_with(&settings, SOURCES).await;
+    let addr = server.public_addr();
+    let mut requests = Vec::new();
+    for i in 0..40 {
+        let id = format!("msg_burst_{i}");
+        let body = event_body(&id, "");
+        let h = head(
+            &server,
+            &id,
+            &body,
+            &format!("Content-Length: {}", body.len()),
+        );
+        // Half close after their answer; half keep their connection open, idle, as a
+        // client with a keep-alive pool does.
+        let h = if i % 2 == 0 {
+            h.replace("\r\n\r\n", "\r\nConnection: close\r\n\r\n")
+        } else {
+            h
+        };
+        requests.push([h.into_bytes(), body].concat());
+    }
+    // Each sender reports its answer's status line, then holds its connection until every
+    // sender has reported: the keep-alive ones stay open and idle meanwhile.
+    let (answers_tx, mut answers_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (done_tx, done) = tokio::sync::watch::channel(false);
+    for request in requests {
+        let (answers_tx, mut done) = (answers_tx.clone(), done.clone());
+        tokio::spawn(async move {
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            let mut answer = Vec::new();
+            let mut buf = [0u8; 1024];
+            let status = if s.write_all(&request).await.is_err() {
+                "the request could not be written".to_owned()
+            } else {
+                // Up to the end of the answer's head: enough for its status.
+                loop {
+                    if answer.windows(4).any(|w| w == b"\r\n\r\n") {
+                        break String::from_utf8_lossy(&answer)
+                            .lines()
+                            .next()
+                            .unwrap_or_default()
+                            .to_owned();
+                    }
+                    match tokio::time::timeout(PATIENCE, s.read(&mut buf)).await {
+                        Ok(Ok(0)) => break "closed without an answer".to_owned(),
+                        Ok(Ok(n)) => answer.extend_from_slice(&buf[..n]),
+                        Ok(Err(e)) => break format!("read failed: {e}"),
+                        Err(_) => break "no answer".to_owned(),
+                    }
+                }
+            };
+            answers_tx.send(status).unwrap();
+            let _ = done.wait_for(|done| *done).await;
+        });
+    }
+    let mut answers = Vec::new();
+    for _ in 0..40 {
+        answers.push(answers_rx.recv().await.unwrap());
+    }
+    done_tx.send(true).unwrap();
+    let refused: Vec<&String> = answers
+        .iter()
+        .filter(|a| !a.starts_with("HTTP/1.1 200"))
+        .collect();
+    assert!(refused.is_empty(), "answers other than 200: {refused:?}");
+    assert_eq!(server.count("SELECT count(*) FROM events"), 40);
+    server.stop().await;
+}
+
+/// A sender that shuts its side of the connection down once its request is written (as
+/// `nc -N` does) still gets its answer.
+#[tokio::test]
+async fn a_sender_that_half_closes_after_its_request_gets_its_answer() {
+    let server = TestServer::start(SOURCES).await;
+    let body = event_body("msg_half_close", "");
+    let h = head(
+        &server,
+        "msg_half_close",
+        &body,
+        &format!("Content-Length: {}", body.len()),
+    );
+    let mut s = TcpStream::connect(server.public_addr()).await.unwrap();
+    s.write_all(h.as_bytes()).await.unwrap();
+    s.write_all(&body).await.unwrap();
+    s.shutdown().await.unwrap();
+    let answer = read_to_close(&mut s).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert_eq!(server.count("SELECT count(*) FROM events"), 1);
+    server.stop().await;
+}
