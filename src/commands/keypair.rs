@@ -27,7 +27,7 @@ pub struct Args {
     #[arg(long, value_enum)]
     pub scheme: KeyScheme,
     /// Write PREFIX.pub (the secret for the config) and PREFIX.key (mode 600, for
-    /// --signing-key) instead of printing both
+    /// --signing-key) instead of printing both; refused if either exists
     #[arg(long, value_name = "PREFIX")]
     pub out: Option<PathBuf>,
 }
@@ -86,17 +86,36 @@ pub fn run(args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
                 PathBuf::from(p)
             };
             let (pub_path, key_path) = (with(".pub"), with(".key"));
-            std::fs::write(&pub_path, format!("{public}\n"))
+            // Both files are created before either is written, and neither replaces a file:
+            // a pair half overwritten (a new public key beside the old private one) signs
+            // requests its source then refuses.
+            let create = |path: &PathBuf, mode: u32| {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(mode)
+                    .open(path)
+                    .with_context(|| {
+                        format!(
+                            "creating {}: keypair never replaces a key; choose another --out \
+                             or remove the old pair first",
+                            path.display()
+                        )
+                    })
+            };
+            let mut key_file = create(&key_path, 0o600)?;
+            let mut pub_file = match create(&pub_path, 0o644) {
+                Ok(f) => f,
+                Err(e) => {
+                    // Created empty a moment ago by this command; nothing of the user's.
+                    let _ = std::fs::remove_file(&key_path);
+                    return Err(e);
+                }
+            };
+            writeln!(key_file, "{private}")
+                .with_context(|| format!("writing {}", key_path.display()))?;
+            writeln!(pub_file, "{public}")
                 .with_context(|| format!("writing {}", pub_path.display()))?;
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&key_path)
-                .and_then(|mut f| writeln!(f, "{private}"))
-                .with_context(|| {
-                    format!("writing {} (it must not exist yet)", key_path.display())
-                })?;
             writeln!(
                 out,
                 "wrote {} (the source's secret) and {} (for --signing-key file:{})",

@@ -568,3 +568,35 @@ fn the_man_page_holds_the_configuration_reference() {
     );
     assert!(config.contains("standard-webhooks, stripe"), "{config}");
 }
+
+/// `keypair --out` writes a new pair, and refuses without touching either file when one of
+/// them exists: a new public key beside an old private one signs what its source refuses.
+#[test]
+fn keypair_out_never_replaces_half_a_pair() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("discord");
+    let prefix = prefix.to_str().unwrap();
+    let (code, out, err) = hookinbox(&["keypair", "--scheme", "discord", "--out", prefix]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("wrote"), "{out}");
+    let read = |ext: &str| std::fs::read_to_string(format!("{prefix}{ext}")).unwrap();
+    let (public, private) = (read(".pub"), read(".key"));
+    assert!(!public.trim().is_empty() && !private.trim().is_empty());
+
+    // Both exist: refused, both unchanged.
+    let (code, _, err) = hookinbox(&["keypair", "--scheme", "discord", "--out", prefix]);
+    assert_ne!(code, 0);
+    assert!(err.contains("never replaces"), "{err}");
+    assert_eq!(
+        (read(".pub"), read(".key")),
+        (public.clone(), private.clone())
+    );
+
+    // Only the public key exists: refused, it is unchanged and no private key is left.
+    std::fs::remove_file(format!("{prefix}.key")).unwrap();
+    let (code, _, err) = hookinbox(&["keypair", "--scheme", "discord", "--out", prefix]);
+    assert_ne!(code, 0);
+    assert!(err.contains(".pub"), "{err}");
+    assert_eq!(read(".pub"), public);
+    assert!(!std::path::Path::new(&format!("{prefix}.key")).exists());
+}
