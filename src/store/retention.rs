@@ -132,6 +132,13 @@ pub(super) const FINISHED: &str = "NOT EXISTS (SELECT 1 FROM deliveries d
 pub(super) const PAYLOAD_DONE: &str = "NOT EXISTS (SELECT 1 FROM deliveries d
                                     WHERE d.event = e.id AND d.state IN ('pending', 'in_flight', 'dead'))";
 
+/// The attempts of event `?1` that [`Kind::Attempts`] would remove for their age (`?2` its
+/// cut-off). An identity row takes its deliveries' attempts with it, before or after they
+/// come due; those that were due are counted as attempts, as a dry run counts them.
+const AGED_ATTEMPTS_OF_EVENT: &str = "SELECT count(*) FROM attempts a
+    JOIN deliveries d ON d.id = a.delivery
+   WHERE d.event = ?1 AND a.started_at < ?2 AND d.state NOT IN ('pending', 'in_flight')";
+
 /// The kinds of rows retention removes, in the order a chunk handles them.
 #[derive(Clone, Copy)]
 enum Kind {
@@ -322,8 +329,11 @@ pub fn prune_chunk(
                     Kind::Payloads => &mut walk.payloads,
                     _ => &mut walk.events,
                 };
-                let (n, caught_up) = walk_chunk(conn, kind, &rule.source, &cutoff, now, at)?;
+                let attempts_cutoff = Kind::Attempts.cutoff(rule, now);
+                let (n, caught_up, attempts) =
+                    walk_chunk(conn, kind, &rule.source, &cutoff, &attempts_cutoff, now, at)?;
                 walk.caught_up &= caught_up;
+                done.attempts += attempts;
                 n
             }
             Some(sql) => conn
@@ -337,15 +347,18 @@ pub fn prune_chunk(
 
 /// Looks at up to [`CHUNK`] rows of `events` from `*at` up to the cut-off's boundary, and
 /// removes the payloads or the identity rows (with their deliveries and attempts) of those
-/// that are due. Returns how many it removed and whether it reached the boundary.
+/// that are due. Returns how many it removed, whether it reached the boundary, and how
+/// many of the attempts that went with the identity rows were past `attempts_cutoff`: those
+/// a dry run counts as attempts ([`Kind::Attempts`]), so that the two reports agree.
 fn walk_chunk(
     conn: &Connection,
     kind: Kind,
     source: &str,
     cutoff: &str,
+    attempts_cutoff: &str,
     now: SystemTime,
     at: &mut i64,
-) -> rusqlite::Result<(usize, bool)> {
+) -> rusqlite::Result<(usize, bool, i64)> {
     let test = kind.walked().expect("a walked kind");
     let end = super::timeline::first_id_at(conn, cutoff)?;
     // Ids are given from the highest one left: once every row was pruned they start
@@ -359,7 +372,7 @@ fn walk_chunk(
     let from = (*at).max(kind.walk_floor(conn)?);
     if from >= end {
         *at = from;
-        return Ok((0, true));
+        return Ok((0, true, 0));
     }
     let looked: Vec<(i64, bool)> = conn
         .prepare_cached(&format!(
@@ -377,6 +390,7 @@ fn walk_chunk(
     };
     let due = looked.iter().filter(|(_, due)| *due).map(|(id, _)| id);
     let mut n = 0;
+    let mut aged_attempts = 0;
     match kind {
         Kind::Payloads => {
             let stamp = clock::iso(now);
@@ -389,13 +403,16 @@ fn walk_chunk(
             }
         }
         _ => {
+            let mut aged = conn.prepare_cached(AGED_ATTEMPTS_OF_EVENT)?;
             let mut delete = conn.prepare_cached("DELETE FROM events WHERE id = ?1")?;
             for id in due {
+                aged_attempts +=
+                    aged.query_row(params![id, attempts_cutoff], |r| r.get::<_, i64>(0))?;
                 n += delete.execute([id])?;
             }
         }
     }
-    Ok((n, reached))
+    Ok((n, reached, aged_attempts))
 }
 
 /// What [`prune_chunk`] (or PostgreSQL's prune) would do for `rule`, counted in full (a

@@ -373,6 +373,57 @@ keep_identity = "4s"
     server.stop().await;
 }
 
+/// What `prune --dry-run` says it would remove is what `prune` then reports, also for the
+/// attempts of identity rows that go with them (both windows passed at once).
+async fn a_dry_run_counts_what_prune_then_removes(backend: Backend) {
+    let sink = Sink::start(|_, _| Reply::Status(200)).await;
+    let sources = format!(
+        r#"
+[[sources]]
+name = "sw"
+scheme = "standard-webhooks"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+keep_payload = "1s"
+keep_identity = "1s"
+[[sources.targets]]
+name = "app"
+url = "{}"
+"#,
+        sink.url()
+    );
+    let test = "operate::a_dry_run_counts_what_prune_then_removes";
+    let Some(server) = TestServer::on(backend, test, &sources).await else {
+        return;
+    };
+    for i in 0..5 {
+        let id = format!("msg_p{i}");
+        let req = server.sign("sw", &id, &event_body(&id, ""));
+        assert_eq!(server.post("sw", &req).await.0, 200);
+    }
+    let delivered = "SELECT count(*) FROM deliveries WHERE state = 'delivered'";
+    assert_eq!(server.wait_count(delivered, 5).await, 5);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let config = config_arg(&server);
+    let report = |args: &[&str]| {
+        let (code, out, err) = hookinbox(args);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v["sources"][0].clone()
+    };
+    let would = report(&["prune", "--dry-run", "--json", "--config", &config]);
+    let did = report(&["prune", "--json", "--config", &config]);
+    assert_eq!(would["attempts"], 5, "{would}");
+    for kind in ["payloads", "events", "attempts", "conflicts"] {
+        assert_eq!(
+            would[kind], did[kind],
+            "{kind}: dry run {would}, prune {did}"
+        );
+    }
+    assert_eq!(server.count("SELECT count(*) FROM attempts"), 0);
+    assert_eq!(server.count("SELECT count(*) FROM events"), 0);
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn backup_under_load_is_intact_and_holds_everything_acknowledged_before_it() {
     let server = Arc::new(TestServer::start(ONE_SOURCE).await);
@@ -639,4 +690,5 @@ on_both_backends!(
     replay_of_a_dead_delivery_reaches_the_target_again_under_the_same_key,
     dead_prints_the_ids_replay_takes_and_replay_lists_what_it_requeues,
     retention_drops_payloads_keeps_identities_and_still_recognises_redeliveries,
+    a_dry_run_counts_what_prune_then_removes,
 );

@@ -571,17 +571,28 @@ async fn prune(
             &[&rule.source, &payload_cut, &chunk, &stamp],
         )
         .await?;
-    let events = tx
-        .execute(
+    // The identity rows take their attempts with them; those past keep_payload are counted
+    // as attempts, as the dry run counts them (SQLite's `retention::walk_chunk` does the
+    // same). The count reads the statement's snapshot, before the delete.
+    let gone = tx
+        .query_one(
             &format!(
-                "DELETE FROM events WHERE id IN (
+                "WITH due AS (
                      SELECT e.id FROM events e
                       WHERE e.source = $1 AND e.received_at < $2 AND {finished}
-                      LIMIT $3 FOR UPDATE SKIP LOCKED)"
+                      LIMIT $3 FOR UPDATE SKIP LOCKED
+                 ), gone AS (
+                     DELETE FROM events WHERE id IN (SELECT id FROM due) RETURNING 1
+                 )
+                 SELECT (SELECT count(*) FROM gone),
+                        (SELECT count(*) FROM attempts a JOIN deliveries d ON d.id = a.delivery
+                          WHERE d.event IN (SELECT id FROM due) AND a.started_at < $4
+                            AND d.state NOT IN ('pending', 'in_flight'))"
             ),
-            &[&rule.source, &identity_cut, &chunk],
+            &[&rule.source, &identity_cut, &chunk, &payload_cut],
         )
         .await?;
+    let (events, aged_attempts): (i64, i64) = (gone.get(0), gone.get(1));
     let conflicts = tx
         .execute(
             "DELETE FROM conflicts WHERE id IN (
@@ -633,9 +644,9 @@ async fn prune(
     let n = |x: u64| i64::try_from(x).unwrap_or(i64::MAX);
     Ok(Pruned {
         payloads: n(payloads),
-        events: n(events),
+        events,
         conflicts: n(conflicts),
-        attempts: n(attempts),
+        attempts: n(attempts) + aged_attempts,
         order_keys: n(order_keys),
         recovery: n(gaps) + n(requests),
         ..Pruned::default()
