@@ -267,7 +267,17 @@ pub fn run(cli: Cli) -> Exit {
                 .or_else(|| offline.as_ref().ok().map(|o| o.store.path.clone()))
                 .expect("one of the two is set");
             if let (Command::Prune(_), Err(e)) = (&cli.command, &offline) {
-                eprintln!("error: prune needs the config's retention windows: {e:#}");
+                // --db was given: it chooses the inbox, not the windows.
+                match e.downcast_ref::<config::Unreadable>() {
+                    Some(u) => eprintln!(
+                        "error: prune needs the config's retention windows (keep_payload, \
+                         keep_identity), and cannot read config file {}: {}; pass --config FILE \
+                         (with --db FILE to prune another copy of the inbox)",
+                        u.path.display(),
+                        u.error
+                    ),
+                    None => eprintln!("error: prune needs the config's retention windows: {e:#}"),
+                }
                 return Exit::Config;
             }
             offline_command(&db, cli.db.is_some(), offline.as_ref().ok(), &cli.command)

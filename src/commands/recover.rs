@@ -65,10 +65,21 @@ pub fn run(
             super::NotFound(format!("no source {:?} in {}", args.source, path.display()))
         })?;
     if source.recover.is_none() {
+        let apis = crate::config::RECOVER_APIS;
+        if apis.contains(&source.scheme.name()) {
+            anyhow::bail!(
+                "source {:?} has no recover table: add recover = {{ api = \"{}\", … }} to it \
+                 (man hookinbox, [sources.recover])",
+                source.name,
+                source.scheme.name()
+            );
+        }
         anyhow::bail!(
-            "source {:?} has no recover table: add recover = {{ api = \"{}\", … }} to it \
-             (man hookinbox, [sources.recover])",
+            "source {:?} cannot be recovered: hookinbox reads missed events only from the APIs \
+             of {} sources, and its scheme is {:?}; ask the provider to redeliver them (most \
+             have a button or an API for it), and `hookinbox gaps` shows when it was down",
             source.name,
+            apis.join(" and "),
             source.scheme.name()
         );
     }

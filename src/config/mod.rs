@@ -28,6 +28,7 @@ use crate::secret::{Origin, Secret};
 
 use raw::RawConfig;
 pub use raw::{parse_duration, parse_size};
+pub(crate) use validate::RECOVER_APIS;
 pub use validate::pg_store_from;
 
 /// Where `--config` points when it is not given: the packaged location, else the current
@@ -503,14 +504,33 @@ pub struct OfflineSource {
     pub targets: Vec<String>,
 }
 
+/// The config file could not be read, for an operator command ([`load_offline`]); most of
+/// them can take the inbox alone instead.
+#[derive(Debug)]
+pub struct Unreadable {
+    pub path: PathBuf,
+    pub error: std::io::Error,
+}
+
+impl std::fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "cannot read config file {}: {} (pass --config FILE, or --db FILE for the inbox alone)",
+            self.path.display(),
+            self.error
+        )
+    }
+}
+
+impl std::error::Error for Unreadable {}
+
 /// Reads the config for the operator commands: the same parsing, no source secrets (only
 /// the PostgreSQL inbox's password, with `backend = "postgres"`).
 pub fn load_offline(path: &Path) -> anyhow::Result<Offline> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        anyhow::anyhow!(
-            "cannot read config file {}: {e} (pass --config FILE, or --db FILE for the inbox alone)",
-            path.display()
-        )
+    let text = std::fs::read_to_string(path).map_err(|error| Unreadable {
+        path: path.to_owned(),
+        error,
     })?;
     let raw: RawConfig = toml::from_str(&text)
         .map_err(|e| anyhow::anyhow!("config file {}: {e}", path.display()))?;

@@ -573,7 +573,7 @@ fn validate_pg_connection(
 }
 
 /// The provider APIs `recover.api` may name, with the scheme each one fills.
-const RECOVER_APIS: &[&str] = &["github", "stripe"];
+pub(crate) const RECOVER_APIS: &[&str] = &["github", "stripe"];
 
 fn validate_recover(
     r: RawRecover,

@@ -600,3 +600,54 @@ fn keypair_out_never_replaces_half_a_pair() {
     assert_eq!(read(".pub"), public);
     assert!(!std::path::Path::new(&format!("{prefix}.key")).exists());
 }
+
+/// `recover` on a source whose provider has no API hookinbox reads says so, rather than
+/// suggesting a `recover` table that `check` would then refuse.
+#[test]
+fn recover_on_a_source_without_a_recover_api_says_what_to_do_instead() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_in(
+        dir.path(),
+        &format!(
+            "[store]\npath = \"{}/inbox.db\"\n{DEMO_SOURCE}",
+            dir.path().display()
+        ),
+    );
+    let (code, _, err) = hookinbox(&[
+        "recover",
+        "--source",
+        "demo",
+        "--since",
+        "6h",
+        "--dry-run",
+        "--config",
+        &config,
+    ]);
+    assert_ne!(code, 0);
+    assert!(err.contains("cannot be recovered"), "{err}");
+    assert!(err.contains("github and stripe"), "{err}");
+    assert!(!err.contains("add recover ="), "{err}");
+}
+
+/// `prune --db` without a readable config says that prune needs the config, and does not
+/// suggest the `--db` it was given.
+#[test]
+fn prune_with_db_but_no_config_asks_for_the_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("inbox.db");
+    let missing = dir.path().join("missing.toml");
+    let (code, _, err) = hookinbox(&[
+        "prune",
+        "--db",
+        db.to_str().unwrap(),
+        "--config",
+        missing.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        err.contains("prune needs the config's retention windows"),
+        "{err}"
+    );
+    assert!(err.contains("pass --config FILE"), "{err}");
+    assert!(!err.contains("--db FILE for the inbox alone"), "{err}");
+}
