@@ -305,8 +305,8 @@ fn read(db: Db, inbox: &Inbox, sql: &str, params: Vec<Value>) -> anyhow::Result<
 }
 
 /// `--follow`: the newest page, oldest first, then every new event as it is committed, until
-/// SIGINT or SIGTERM (exit 0), or until stdout is closed (a write fails with a broken pipe,
-/// which `cli` takes as the reader's choice, not a failure).
+/// SIGINT or SIGTERM (exit 0), or until stdout is closed (seen between polls, or a write
+/// fails with a broken pipe, which `cli` takes as the reader's choice, not a failure).
 ///
 /// Each event is looked at once, when its id first appears (see [`Cursor`]).
 fn follow(db: Db, inbox: &Inbox, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
@@ -355,7 +355,7 @@ fn follow(db: Db, inbox: &Inbox, args: &Args, out: &mut impl Write) -> anyhow::R
                 () = tokio::time::sleep(FOLLOW_POLL) => false,
             }
         });
-        if stop {
+        if stop || stdout_closed() {
             return Ok(());
         }
         // A burst is read in pages, each a short statement.
@@ -379,6 +379,21 @@ fn follow(db: Db, inbox: &Inbox, args: &Args, out: &mut impl Write) -> anyhow::R
         }
         out.flush()?;
     }
+}
+
+/// Whether the reader of stdout is gone (`events --follow | head -1` after `head` exits).
+/// A write would find out too, but on a quiet source none comes, and the command would
+/// linger until the next event. poll reports it without writing: POLLERR on a pipe whose
+/// reader closed, POLLHUP on a hung-up terminal or socket; a file reports neither.
+fn stdout_closed() -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    let stdout = std::io::stdout();
+    let mut fds = [PollFd::new(stdout.as_fd(), PollFlags::empty())];
+    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(1))
+        && fds[0]
+            .revents()
+            .is_some_and(|r| r.intersects(PollFlags::POLLERR | PollFlags::POLLHUP))
 }
 
 /// Which events `--follow` has not looked at yet.

@@ -574,6 +574,49 @@ async fn events_follow_prints_new_events_as_they_commit_and_ends_cleanly(backend
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_eq!(code, Some(0), "a closed pipe is a clean end");
+
+    // A reader that goes away while no event comes (`| head -1` on a quiet source) ends it
+    // too, without waiting for an event to write.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hookinbox"))
+        .args(["events", "--follow", "--json", "--limit", "1", "--config"])
+        .arg(&server.config.path)
+        .env_remove("HOOKINBOX_CONFIG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut reader = BufReader::new(stdout);
+        let mut line = String::new();
+        let _ = reader.read_line(&mut line);
+        // The read end goes back to the test, which closes it.
+        let _ = tx.send((line, reader));
+    });
+    let (line, reader) = tokio::task::block_in_place(|| rx.recv_timeout(PATIENCE))
+        .expect("events --follow printed its first line");
+    assert!(line.contains("evt_"), "{line}");
+    let events_before = server.count("SELECT count(*) FROM events");
+    drop(reader);
+    let deadline = Instant::now() + PATIENCE;
+    let code = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status.code();
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("events --follow outlived its reader on a quiet source");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(code, Some(0), "a closed pipe is a clean end");
+    assert_eq!(
+        server.count("SELECT count(*) FROM events"),
+        events_before,
+        "no event came meanwhile"
+    );
     server.stop().await;
 }
 
