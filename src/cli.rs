@@ -345,6 +345,17 @@ fn with_config(
     }
 }
 
+/// On stderr, before a read command's table: see [`commands::unconfigured_names`].
+fn warn_unconfigured(
+    offline: Option<&config::Offline>,
+    source: Option<&str>,
+    target: Option<&str>,
+) {
+    if let Some(warning) = commands::unconfigured_names(offline, source, target) {
+        eprintln!("warning: {warning}");
+    }
+}
+
 /// `db` is the SQLite inbox that `--db` (`given`) or the config names.
 fn offline_command(
     db: &Path,
@@ -408,7 +419,10 @@ fn offline_command(
             )?;
             commands::backup::run(db, args, out)
         }
-        Command::Events(args) => commands::events::run(&inbox, args, out),
+        Command::Events(args) => {
+            warn_unconfigured(offline, args.source.as_deref(), None);
+            commands::events::run(&inbox, args, out)
+        }
         Command::Show(args) => {
             // `show --body` writes the raw bytes unless stdout is a terminal; decided here so
             // that `show::run` stays testable both ways.
@@ -418,9 +432,18 @@ fn offline_command(
             };
             commands::show::run(&inbox, &args, out)
         }
-        Command::Conflicts(args) => commands::conflicts::run(&inbox, args, out),
-        Command::Dead(args) => commands::dead::run(&inbox, args, out),
-        Command::Gaps(args) => commands::gaps::run(&inbox, args, out),
+        Command::Conflicts(args) => {
+            warn_unconfigured(offline, args.source.as_deref(), None);
+            commands::conflicts::run(&inbox, args, out)
+        }
+        Command::Dead(args) => {
+            warn_unconfigured(offline, args.source.as_deref(), args.target.as_deref());
+            commands::dead::run(&inbox, args, out)
+        }
+        Command::Gaps(args) => {
+            warn_unconfigured(offline, args.source.as_deref(), None);
+            commands::gaps::run(&inbox, args, out)
+        }
         Command::Serve
         | Command::MigrateStore(_)
         | Command::Recover(_)

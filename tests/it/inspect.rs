@@ -571,10 +571,54 @@ async fn provider_strings_reach_the_terminal_escaped(backend: Backend) {
     server.stop().await;
 }
 
+/// A `--source` or `--target` the config does not have gets a warning that lists the
+/// configured names (a typo would otherwise read as "nothing arrived"); the command still
+/// shows what the inbox holds under that name, and exits 0.
+async fn read_commands_warn_of_names_the_config_does_not_have(backend: Backend) {
+    let test = "inspect::read_commands_warn_of_names_the_config_does_not_have";
+    let Some((server, _sink)) = populated(backend, test).await else {
+        return;
+    };
+    for args in [
+        &["events", "--source", "biling"][..],
+        &["conflicts", "--source", "biling"],
+        &["dead", "--source", "biling"],
+        &["gaps", "--source", "biling"],
+    ] {
+        let (code, _, err) = hookinbox(&server, args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        assert!(
+            err.contains(r#"warning: no source "biling""#)
+                && err.contains("configured: sw, billing"),
+            "{args:?}: {err}"
+        );
+    }
+    let (code, _, err) = hookinbox(
+        &server,
+        &["dead", "--source", "billing", "--target", "audit"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains(r#"warning: no target "audit""#) && err.contains("configured: billing/app"),
+        "{err}"
+    );
+    for args in [
+        &["events", "--source", "billing"][..],
+        &["dead", "--target", "audit"],
+        &["dead", "--source", "sw", "--target", "audit"],
+    ] {
+        let (code, _, err) = hookinbox(&server, args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        assert!(!err.contains("warning"), "{args:?}: {err}");
+    }
+    server.stop().await;
+}
+
 on_both_backends!(
     events_lists_newest_first_with_filters_and_pages,
     show_finds_an_event_by_row_id_or_provider_id_with_every_attempt,
     show_refuses_unknown_and_ambiguous_ids,
     conflicts_and_dead_deliveries_are_listed,
     provider_strings_reach_the_terminal_escaped,
+    read_commands_warn_of_names_the_config_does_not_have,
 );
