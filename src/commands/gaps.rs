@@ -19,7 +19,7 @@ pub struct Args {
     #[arg(long, value_name = "NAME")]
     pub source: Option<String>,
     /// Only gaps that ended since TIME (RFC 3339, or a duration ago like 7d)
-    #[arg(long, value_name = "TIME", default_value = "30d")]
+    #[arg(long, value_name = "TIME", value_parser = crate::clock::parse_time_arg, default_value = "30d")]
     pub since: String,
     /// Print JSON instead of a table
     #[arg(long)]

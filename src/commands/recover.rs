@@ -28,10 +28,10 @@ pub struct Args {
     #[arg(long, value_name = "NAME")]
     pub source: String,
     /// The window's start: RFC 3339, or a duration ago like 6h
-    #[arg(long, value_name = "TIME")]
+    #[arg(long, value_name = "TIME", value_parser = crate::clock::parse_time_arg)]
     pub since: String,
     /// The window's end (same forms as --since) [default: now]
-    #[arg(long, value_name = "TIME")]
+    #[arg(long, value_name = "TIME", value_parser = crate::clock::parse_time_arg)]
     pub until: Option<String>,
     /// Print what is missing and what would be asked for or stored; change nothing
     #[arg(long)]

@@ -40,10 +40,10 @@ pub struct Args {
     #[arg(long, value_enum)]
     pub state: Option<State>,
     /// Every delivery of events received since TIME (RFC 3339, or a duration ago like 2h)
-    #[arg(long, value_name = "TIME")]
+    #[arg(long, value_name = "TIME", value_parser = crate::clock::parse_time_arg)]
     pub since: Option<String>,
     /// Only events received before TIME (same forms as --since)
-    #[arg(long, value_name = "TIME")]
+    #[arg(long, value_name = "TIME", value_parser = crate::clock::parse_time_arg)]
     pub until: Option<String>,
     /// Every delivery of events of this type, exactly as `events` shows it (invoice.paid)
     #[arg(long, value_name = "TYPE")]
