@@ -651,3 +651,23 @@ fn prune_with_db_but_no_config_asks_for_the_config() {
     assert!(err.contains("pass --config FILE"), "{err}");
     assert!(!err.contains("--db FILE for the inbox alone"), "{err}");
 }
+
+/// A time that is not one is a bad command line (exit 2) in every command that takes one,
+/// with the forms it accepts.
+#[test]
+fn a_bad_time_is_a_usage_error_everywhere() {
+    for args in [
+        &["events", "--since", "yesterday"][..],
+        &["replay", "--dead", "--since", "yesterday"],
+        &["replay", "--dead", "--until", "yesterday"],
+        &["recover", "--source", "demo", "--since", "yesterday"],
+        &["gaps", "--since", "yesterday"],
+    ] {
+        let (code, _, err) = hookinbox(args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(
+            err.contains("RFC 3339") && err.contains("2h"),
+            "{args:?}: {err}"
+        );
+    }
+}
