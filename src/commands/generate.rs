@@ -32,22 +32,102 @@ pub fn run(out_dir: &Path, out: &mut impl std::io::Write) -> anyhow::Result<()> 
     Ok(())
 }
 
-/// clap_mangen's sections with CONFIGURATION after the commands, where man pages put it
-/// (before the EXTRA notes and VERSION). Each piece clap_mangen renders starts with its
-/// two-line apostrophe preamble, a string definition that may be repeated harmlessly.
+/// clap_mangen's sections with COMMANDS (each command's options and examples) and
+/// CONFIGURATION after the global options, where man pages put them (before the EXTRA
+/// notes and VERSION). Each piece clap_mangen renders starts with its two-line apostrophe
+/// preamble, a string definition that may be repeated harmlessly.
 fn man_page(cmd: clap::Command) -> std::io::Result<Vec<u8>> {
-    let man = clap_mangen::Man::new(cmd);
+    let man = clap_mangen::Man::new(cmd.clone());
     let mut page = Vec::new();
     man.render_title(&mut page)?;
     man.render_name_section(&mut page)?;
     man.render_synopsis_section(&mut page)?;
     man.render_description_section(&mut page)?;
     man.render_options_section(&mut page)?;
-    man.render_subcommands_section(&mut page)?;
+    commands(&cmd).to_writer(&mut page)?;
     configuration().to_writer(&mut page)?;
-    man.render_extra_section(&mut page)?;
+    if let Some(extra) = cmd.get_after_help() {
+        let mut roff = Roff::new();
+        roff.control("SH", ["EXTRA"]);
+        preformatted(&mut roff, &extra.to_string());
+        roff.to_writer(&mut page)?;
+    }
     man.render_version_section(&mut page)?;
     Ok(page)
+}
+
+/// The COMMANDS section: each command with what it does, its options and its examples,
+/// all in this one page. (clap_mangen's SUBCOMMANDS section lists only the names, each
+/// pointing at a page of its own, hookinbox-serve(1) and so on, which are not installed.)
+fn commands(cmd: &clap::Command) -> Roff {
+    let mut roff = Roff::new();
+    roff.control("SH", ["COMMANDS"]);
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        roff.control("SS", [format!("hookinbox {}", sub.get_name()).as_str()]);
+        if let Some(about) = sub.get_long_about().or(sub.get_about()) {
+            roff.text([roman(about.to_string())]);
+        }
+        let args = sub
+            .get_arguments()
+            .filter(|a| !a.is_hide_set() && !a.is_global_set() && a.get_id() != "help");
+        for arg in args {
+            let values = arg
+                .get_value_names()
+                .map(|names| names.iter().map(|n| format!(" <{n}>")).collect::<String>())
+                .unwrap_or_default();
+            let flag = match (arg.get_short(), arg.get_long()) {
+                (_, None) => String::new(),
+                (Some(short), Some(long)) => format!("-{short}, --{long}"),
+                (None, Some(long)) => format!("--{long}"),
+            };
+            let values = if flag.is_empty() {
+                values.trim_start().to_owned()
+            } else if arg.get_action().takes_values() {
+                values
+            } else {
+                String::new()
+            };
+            let mut help = arg
+                .get_long_help()
+                .or(arg.get_help())
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            let choices: Vec<String> = arg
+                .get_possible_values()
+                .iter()
+                .filter(|v| !v.is_hide_set())
+                .map(|v| v.get_name().to_owned())
+                .collect();
+            if !choices.is_empty() && arg.get_action().takes_values() {
+                help.push_str(&format!(" [possible values: {}]", choices.join(", ")));
+            }
+            let defaults: Vec<String> = arg
+                .get_default_values()
+                .iter()
+                .map(|v| v.to_string_lossy().into_owned())
+                .collect();
+            if !defaults.is_empty() && arg.get_action().takes_values() {
+                help.push_str(&format!(" [default: {}]", defaults.join(", ")));
+            }
+            roff.control("TP", []);
+            roff.text([bold(flag), italic(values)]);
+            roff.text([roman(help)]);
+        }
+        if let Some(examples) = sub.get_after_help() {
+            roff.control("PP", []);
+            preformatted(&mut roff, &examples.to_string());
+        }
+    }
+    roff
+}
+
+/// Lines kept as they are written (roff would otherwise fill them into one paragraph).
+fn preformatted(roff: &mut Roff, text: &str) {
+    roff.control("nf", []);
+    for line in text.lines() {
+        roff.text([roman(line)]);
+    }
+    roff.control("fi", []);
 }
 
 /// The CONFIGURATION section: the forms values take, then each table with its keys.

@@ -567,6 +567,27 @@ fn the_man_page_holds_the_configuration_reference() {
         "{config}"
     );
     assert!(config.contains("standard-webhooks, stripe"), "{config}");
+
+    // Every command with its options and examples, in this page: no pointer to a page of
+    // its own (none is installed), and the notes at the end one per line.
+    assert!(!source.contains("hookinbox\\-serve(1)"), "{source}");
+    let commands = &text[text.find("\nCOMMANDS\n").expect("a COMMANDS section")
+        ..text.find("\nCONFIGURATION\n").unwrap()];
+    for shown in [
+        "\n   hookinbox serve\n",
+        "\n   hookinbox replay\n",
+        "--dead",
+        "--format <FORMAT>",
+        "[possible values: curl, headers, json] [default: curl]",
+        "hookinbox check --config examples/quickstart.toml\n",
+    ] {
+        assert!(commands.contains(shown), "{shown:?} in {commands}");
+    }
+    assert!(
+        !commands.contains("[possible values: true, false]"),
+        "{commands}"
+    );
+    assert!(text.contains("\n       Exit codes:"), "{text}");
 }
 
 /// `keypair --out` writes a new pair, and refuses without touching either file when one of
