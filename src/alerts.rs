@@ -278,6 +278,8 @@ pub async fn run(
     let mut rejections: VecDeque<(Instant, HashMap<String, u64>)> = VecDeque::new();
     // Notifications not yet committed (the inbox refused a write): tried again next time.
     let mut unsent: Vec<(Condition, &'static str, String)> = Vec::new();
+    // The alert targets of the last turn: a reload that adds one announces to it what is on.
+    let mut told: Vec<String> = board.rules().alert_targets.clone();
     // The counters at start: rejections from now on count, whenever the first turn comes.
     rejections.push_back((Instant::now(), rejection_counts(&metrics, &board.rules())));
     match store.read(started_before).await {
@@ -352,6 +354,21 @@ pub async fn run(
             }
             next.push(c);
         }
+        // A reload that added an alert target: what was already on is announced again. A
+        // condition whose start was stored before is one event already (the same id) and
+        // is not stored twice; one that started while no alert target was configured was
+        // never stored, and now reaches the new target, as it would after a restart.
+        if rules.alert_targets.iter().any(|t| !told.contains(t)) {
+            for c in &next {
+                let queued = unsent
+                    .iter()
+                    .any(|(u, state, _)| *state == "started" && u.same(c));
+                if !queued {
+                    unsent.push((c.clone(), "started", at.clone()));
+                }
+            }
+        }
+        told.clone_from(&rules.alert_targets);
         for p in &previous {
             if !next.iter().any(|c| c.same(p)) {
                 tracing::info!(alert = p.kind.word(), subject = %p.subject(), since = %p.since,

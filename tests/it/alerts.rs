@@ -258,8 +258,60 @@ retry = ["3s", "3s", "3s", "3s", "3s"]
     server.stop().await;
 }
 
+/// An alert target added by a reload is told of what is already on, as it would be after a
+/// restart, and only once.
+async fn an_alert_target_added_by_reload_is_told_what_is_on(backend: Backend) {
+    let sink = Sink::start(|_, _| Reply::Status(200)).await;
+    let source = r#"
+[[sources]]
+name = "sw"
+scheme = "standard-webhooks"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+expect_every = "2s"
+"#;
+    let test = "alerts::an_alert_target_added_by_reload_is_told_what_is_on";
+    let Some(mut server) = TestServer::on(backend, test, source).await else {
+        return;
+    };
+    // On, with nobody to tell: shown, not stored.
+    for _ in 0..600 {
+        if server
+            .admin_page("/events")
+            .await
+            .contains("source_silent · sw")
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        server
+            .admin_page("/events")
+            .await
+            .contains("source_silent · sw")
+    );
+    server
+        .reload(&format!("{source}{}", alerts_table(&sink.url())))
+        .await
+        .unwrap();
+    let started = wait_for_notice(&sink, "source_silent", "started", "sw").await;
+    assert!(
+        started["detail"].as_str().unwrap().contains("expect_every"),
+        "{started}"
+    );
+    // Later turns do not tell it again.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let told = notices(&sink)
+        .into_iter()
+        .filter(|(n, _)| n["alert"] == "source_silent" && n["state"] == "started")
+        .count();
+    assert_eq!(told, 1, "{:?}", notices(&sink));
+    server.stop().await;
+}
+
 on_both_backends!(
     a_silent_source_is_announced_shown_and_cleared,
     failing_targets_dead_deliveries_rejections_and_conflicts_are_announced,
     a_notification_pending_at_a_restart_is_delivered_after_it_once,
+    an_alert_target_added_by_reload_is_told_what_is_on,
 );
