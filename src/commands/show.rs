@@ -433,7 +433,11 @@ fn print(s: &Shown, with_body: bool, out: &mut impl Write) -> std::io::Result<()
             )?;
         }
         field(out, "  ", "attempts", d.attempts)?;
-        field(out, "  ", "next attempt at", escape(&d.next_attempt_at))?;
+        // Only a pending delivery has a next attempt; a settled one keeps the column's last
+        // value, which would read as a schedule.
+        if d.state == "pending" {
+            field(out, "  ", "next attempt at", escape(&d.next_attempt_at))?;
+        }
         field(out, "  ", "lease until", or_dash(&d.lease_until))?;
         field(out, "  ", "last error", or_dash(&d.last_error))?;
         field(out, "  ", "idempotency key", escape(&d.idempotency_key))?;

@@ -342,6 +342,8 @@ async fn show_finds_an_event_by_row_id_or_provider_id_with_every_attempt(backend
         assert!(shown.contains(want), "{want:?} in\n{shown}");
     }
     assert!(!shown.contains("body"), "no body without --body:\n{shown}");
+    // Dead and delivered: nothing is scheduled.
+    assert!(!shown.contains("next attempt at"), "{shown}");
 
     // Digits that are no row id are a provider id; --source picks one of a shared id.
     assert_eq!(json(&server, &["show", "4242"])["source"], "billing");
