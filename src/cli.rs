@@ -209,6 +209,27 @@ impl From<Exit> for ExitCode {
 /// Runs the parsed command line, printing errors as `error: {err:#}`.
 pub fn run(cli: Cli) -> Exit {
     let path = cli.config.clone().unwrap_or_else(config::default_path);
+    // A global option, so clap takes it everywhere; these would silently use the config's
+    // store.path instead.
+    if cli.db.is_some() {
+        let ignores = match &cli.command {
+            Command::Serve => Some(("serve", "uses the config's [store] (pass --config FILE)")),
+            Command::Check(_) => {
+                Some(("check", "checks the config's [store] (pass --config FILE)"))
+            }
+            Command::Sign(_) => Some(("sign", "opens no inbox")),
+            Command::Keypair(_) => Some(("keypair", "opens no inbox")),
+            Command::Generate { .. } => Some(("generate", "opens no inbox")),
+            _ => None,
+        };
+        if let Some((name, instead)) = ignores {
+            eprintln!(
+                "error: {name} takes no --db: it is for the commands that read or change an \
+                 inbox (events, show, replay, prune, backup, …), and {name} {instead}"
+            );
+            return Exit::Usage;
+        }
+    }
     let result = match &cli.command {
         Command::Generate { out_dir } => {
             commands::generate::run(out_dir, &mut std::io::stdout().lock())

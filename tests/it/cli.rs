@@ -692,3 +692,18 @@ fn a_bad_time_is_a_usage_error_everywhere() {
         );
     }
 }
+
+/// `--db` is global, so clap takes it anywhere; the commands that would ignore it refuse it
+/// (exit 2) instead of silently using the config's inbox.
+#[test]
+fn commands_that_open_no_inbox_of_their_own_refuse_db() {
+    for args in [
+        &["serve", "--db", "other.db"][..],
+        &["check", "--db", "other.db"],
+        &["sign", "--source", "demo", "--db", "other.db"],
+    ] {
+        let (code, _, err) = hookinbox(args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains("takes no --db"), "{args:?}: {err}");
+    }
+}
