@@ -420,15 +420,23 @@ impl Page<'_> {
     }
 
     pub(super) async fn events(&self) -> Response<Full<Bytes>> {
-        let f = match self.filters() {
-            Ok(f) => f,
+        // `before` comes from the "Older" link; one that is not a row id is refused like a
+        // bad filter, rather than quietly showing the first page.
+        let before = self
+            .param("before")
+            .map(|b| {
+                b.parse::<i64>()
+                    .map_err(|_| format!("before: {b:?} is not an event's row id"))
+            })
+            .transpose();
+        let (f, before) = match self.filters().and_then(|f| Ok((f, before?))) {
+            Ok(v) => v,
             Err(e) => {
                 let content =
                     html! { (self.filter_form(&Filters::default())) p.error role="alert" { (e) } };
                 return respond(StatusCode::BAD_REQUEST, self.layout("Events", content));
             }
         };
-        let before = self.param("before").and_then(|b| b.parse::<i64>().ok());
         let filters = f.clone();
         let mut rows = match self
             .read(move |db| list_events(db, &filters, before, PAGE_SIZE + 1))

@@ -530,6 +530,18 @@ async fn actions_need_the_token_the_origin_and_a_known_host(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(resp.status().as_u16(), 200);
+    // A page position that is not one is refused with the reason, as a bad time is.
+    for query in ["before=abc", "since=yesterday"] {
+        let resp = client
+            .get(format!("{}/events?{query}", server.admin))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 400, "{query}");
+        let page = resp.text().await.unwrap();
+        let field = query.split('=').next().unwrap();
+        assert!(page.contains(&format!("{field}: ")), "{query}: {page}");
+    }
     // The real form, as the page sends it, works.
     let resp = post(Some(origin), None, token).await.unwrap();
     assert_eq!(resp.status().as_u16(), 200);
