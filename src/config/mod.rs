@@ -444,6 +444,16 @@ pub enum PgTls {
 pub const DEFAULT_PG_TABLE: &str = "webhook_inbox";
 
 /// The path `--config` means when it is not given.
+/// Where a config that could not be read was looked for, when it is the default: the
+/// system's file comes first, and an error naming only the second would hide that.
+fn looked_for(path: &Path) -> String {
+    if path == Path::new(LOCAL_PATH) && !Path::new(SYSTEM_PATH).exists() {
+        format!("; without --config, hookinbox reads {SYSTEM_PATH}, else ./{LOCAL_PATH}")
+    } else {
+        String::new()
+    }
+}
+
 pub fn default_path() -> PathBuf {
     if Path::new(SYSTEM_PATH).exists() {
         PathBuf::from(SYSTEM_PATH)
@@ -474,8 +484,10 @@ pub fn load(path: &Path) -> anyhow::Result<Config> {
 pub fn load_for(path: &Path, purpose: Purpose) -> anyhow::Result<Config> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         anyhow::anyhow!(
-            "cannot read config file {}: {e} (pass --config FILE; examples/quickstart.toml is a start)",
-            path.display()
+            "cannot read config file {}: {e}{} (pass --config FILE; examples/quickstart.toml \
+             is a start)",
+            path.display(),
+            looked_for(path)
         )
     })?;
     let credentials = std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from);
@@ -516,9 +528,11 @@ impl std::fmt::Display for Unreadable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "cannot read config file {}: {} (pass --config FILE, or --db FILE for the inbox alone)",
+            "cannot read config file {}: {}{} (pass --config FILE, or --db FILE for the inbox \
+             alone)",
             self.path.display(),
-            self.error
+            self.error,
+            looked_for(&self.path)
         )
     }
 }
