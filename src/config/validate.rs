@@ -754,7 +754,15 @@ fn validate_target(rt: RawTarget, at: &str, paths: &Paths) -> Result<Target, Str
             // A relative program path is relative to the config file, like the store path;
             // a bare name is looked up on PATH.
             if argv[0].contains('/') && Path::new(&argv[0]).is_relative() {
-                argv[0] = paths.base.join(&argv[0]).display().to_string();
+                // components() drops the `.` inside ("examples/./on-event.sh" as shown by
+                // check), keeping a leading one, which makes it a path rather than a name.
+                argv[0] = paths
+                    .base
+                    .join(&argv[0])
+                    .components()
+                    .collect::<PathBuf>()
+                    .display()
+                    .to_string();
             }
             TargetKind::Command(argv)
         }
