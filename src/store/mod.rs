@@ -242,11 +242,17 @@ fn migrate(conn: &Connection) -> Result<(), Error> {
         }
         conn.execute_batch("PRAGMA foreign_keys = ON")?;
         step?;
-        tracing::info!(
-            version,
-            seconds = started.elapsed().as_secs_f64(),
-            "migrated the inbox schema"
-        );
+        // A new inbox goes through every step in moments: one line for it, below.
+        if found > 0 {
+            tracing::info!(
+                version,
+                seconds = started.elapsed().as_secs_f64(),
+                "migrated the inbox schema"
+            );
+        }
+    }
+    if found == 0 {
+        tracing::info!(version = known, "created the inbox");
     }
     Ok(())
 }

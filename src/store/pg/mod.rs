@@ -136,6 +136,8 @@ pub async fn migrate(client: &mut Client) -> Result<(), Error> {
         )));
     }
     let known = schema_version();
+    // The version found before the first step: 0 for a new inbox.
+    let mut first_found: Option<i64> = None;
     for (version, sql) in super::sections(SCHEMA) {
         let tx = client.transaction().await?;
         // A migration may rewrite a large table: not under the sessions' 5 s limits. The
@@ -171,7 +173,12 @@ pub async fn migrate(client: &mut Client) -> Result<(), Error> {
         )
         .await?;
         tx.commit().await?;
-        tracing::info!(version, "migrated the PostgreSQL inbox");
+        // A new inbox goes through every step: one line for it.
+        if *first_found.get_or_insert(found) > 0 {
+            tracing::info!(version, "migrated the PostgreSQL inbox");
+        } else if version == known {
+            tracing::info!(version, "created the PostgreSQL inbox");
+        }
     }
     Ok(())
 }
