@@ -51,6 +51,34 @@ pub struct Filter {
     pub error: Option<String>,
 }
 
+/// What the filter chose, as an operator would write it (`state=dead source=sw`), for logs.
+impl std::fmt::Display for Filter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts: Vec<String> = Vec::new();
+        if let Some(e) = self.event {
+            parts.push(format!("event={e}"));
+        }
+        if !self.deliveries.is_empty() {
+            let ids: Vec<String> = self.deliveries.iter().map(i64::to_string).collect();
+            parts.push(format!("deliveries={}", ids.join(",")));
+        }
+        for (name, value) in [
+            ("source", &self.source),
+            ("target", &self.target),
+            ("state", &self.state),
+            ("since", &self.since),
+            ("until", &self.until),
+            ("event_type", &self.event_type),
+            ("error", &self.error),
+        ] {
+            if let Some(v) = value {
+                parts.push(format!("{name}={v:?}"));
+            }
+        }
+        f.write_str(&parts.join(" "))
+    }
+}
+
 impl Filter {
     /// Whether the filter chooses deliveries by itself: an event, deliveries, a state, a
     /// start time, an event type or an error. A source, a target or an end time only narrow
@@ -270,6 +298,22 @@ fn outdated(dialect: Dialect) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_filter_reads_in_a_log_line_as_the_operator_wrote_it() {
+        let f = Filter {
+            deliveries: vec![3, 4],
+            source: Some("sw".into()),
+            state: Some("dead".into()),
+            error: Some("status 503".into()),
+            ..Filter::default()
+        };
+        assert_eq!(
+            f.to_string(),
+            r#"deliveries=3,4 source="sw" state="dead" error="status 503""#
+        );
+        assert_eq!(Filter::default().to_string(), "");
+    }
 
     #[test]
     fn dead_and_in_flight_are_read_off_their_partial_indexes() {

@@ -163,14 +163,14 @@ impl Page<'_> {
                     Ok(n) => requeued += n,
                     Err(e) => {
                         inbox.commits().all();
-                        tracing::warn!(requeued, planned, by = %peer, filter = ?filter,
+                        tracing::warn!(requeued, planned, by = %peer, filter = %filter,
                             error = %format!("{e:#}"), "web inbox: a replay stopped part way");
                         return Err((requeued, e));
                     }
                 }
             }
             inbox.commits().all();
-            tracing::warn!(requeued, planned, by = %peer, filter = ?filter,
+            tracing::warn!(requeued, planned, by = %peer, filter = %filter,
                 "web inbox: replayed deliveries under their idempotency keys");
             Ok(requeued)
         })

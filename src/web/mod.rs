@@ -438,7 +438,7 @@ impl<'a> Page<'a> {
     }
 
     fn refused(&self, refusal: Refusal) -> Response<Full<Bytes>> {
-        tracing::warn!(why = ?refusal, "web inbox: refused an action");
+        tracing::warn!(why = %refusal.message(), "web inbox: refused an action");
         self.message(
             StatusCode::FORBIDDEN,
             "Not done",
