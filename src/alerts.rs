@@ -619,7 +619,8 @@ fn judge(
             kind: Kind::NewDeadDeliveries,
             detail: format!(
                 "{} gave up in the last {}: `hookinbox dead --source {source} --target \
-                 {target}`, then `hookinbox replay --dead` once the app is fixed",
+                 {target}`, then `hookinbox replay --dead --source {source} --target {target}` \
+                 once the app is fixed",
                 count(n, "delivery", "deliveries"),
                 words(NEWS_FOR)
             ),
