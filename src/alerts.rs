@@ -292,11 +292,17 @@ pub async fn run(
         Err(e) => tracing::warn!(error = %format!("{e:#}"),
             "reading the alerts notified before the start"),
     }
+    // The first turn at once: the banners and the gauges would otherwise read "nothing on"
+    // for a turn after every start.
+    let mut first = true;
     loop {
-        tokio::select! {
-            () = tokio::time::sleep(board.every()) => {}
-            _ = stop.changed() => return,
+        if !first {
+            tokio::select! {
+                () = tokio::time::sleep(board.every()) => {}
+                _ = stop.changed() => return,
+            }
         }
+        first = false;
         let rules = board.rules();
         let counts = rejection_counts(&metrics, &rules);
         let now = Instant::now();
