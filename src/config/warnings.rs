@@ -30,6 +30,19 @@ fn replay_hole(scheme: &scheme::Scheme) -> Option<String> {
     ))
 }
 
+/// Whether the secret in `path` is a public key, which anyone may read: every secret of the
+/// schemes verified with one, and a Standard Webhooks `whpk_` key (its `whsec_` ones are
+/// shared secrets).
+fn public_key(scheme: &str, path: &Path) -> bool {
+    match scheme {
+        "discord" | "sendgrid" => true,
+        "standard-webhooks" => {
+            std::fs::read(path).is_ok_and(|b| b.trim_ascii().starts_with(b"whpk_"))
+        }
+        _ => false,
+    }
+}
+
 /// Whether others than the owner and group may read `path`.
 fn world_readable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
@@ -50,12 +63,16 @@ impl Config {
                          \"file:/etc/hookinbox/secrets/{}\", \"env:NAME\" or \"credential:NAME\"",
                         s.name, s.name
                     )),
-                    Origin::File(path) if world_readable(path) => out.push(format!(
-                        "source {:?}: secret file {} is readable by every user; chmod 600 it \
-                         (owned by the service user)",
-                        s.name,
-                        path.display()
-                    )),
+                    Origin::File(path)
+                        if world_readable(path) && !public_key(s.scheme.name(), path) =>
+                    {
+                        out.push(format!(
+                            "source {:?}: secret file {} is readable by every user; chmod \
+                             600 it (owned by the service user)",
+                            s.name,
+                            path.display()
+                        ))
+                    }
                     Origin::Deferred(name) => out.push(format!(
                         "source {:?}: secrets[{j}] \"credential:{name}\" is read from \
                          $CREDENTIALS_DIRECTORY when systemd starts the service (a \

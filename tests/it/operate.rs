@@ -595,13 +595,22 @@ async fn check_warns_about_short_retention_and_readable_secret_files() {
     std::fs::write(&secret, "whsec_abc\n").unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap();
+    // A public key may be read by anyone: no warning for it.
+    let (public, _) =
+        hookinbox::commands::keypair::generate(hookinbox::commands::keypair::KeyScheme::Discord)
+            .unwrap();
+    let public_file = dir.path().join("discord.pub");
+    std::fs::write(&public_file, format!("{public}\n")).unwrap();
+    std::fs::set_permissions(&public_file, std::fs::Permissions::from_mode(0o644)).unwrap();
     let config = dir.path().join("hookinbox.toml");
     std::fs::write(
         &config,
         format!(
             "[store]\npath = \"inbox.db\"\n[admin]\nlisten = \"0.0.0.0:9180\"\n\n\
-             [[sources]]\nname = \"stripe\"\nscheme = \"stripe\"\nsecrets = [\"file:{}\"]\nkeep_payload = \"1d\"\nkeep_identity = \"2d\"\n",
-            secret.display()
+             [[sources]]\nname = \"stripe\"\nscheme = \"stripe\"\nsecrets = [\"file:{}\"]\nkeep_payload = \"1d\"\nkeep_identity = \"2d\"\n\
+             [[sources]]\nname = \"discord\"\nscheme = \"discord\"\nsecrets = [\"file:{}\"]\n",
+            secret.display(),
+            public_file.display()
         ),
     )
     .unwrap();
@@ -612,6 +621,10 @@ async fn check_warns_about_short_retention_and_readable_secret_files() {
         "{out}"
     );
     assert!(out.contains("readable by every user"), "{out}");
+    assert!(
+        !out.contains("source \"discord\": secret file"),
+        "a public key is not a secret: {out}"
+    );
     assert!(out.contains("not a loopback address"), "{out}");
 }
 
