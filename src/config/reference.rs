@@ -130,7 +130,7 @@ pub const SECTIONS: &[Section] = &[
                 if_absent: IfAbsent::Default("1024"),
                 meaning: "Connections served at once, 1 to 65536. At the cap, the \
                           connection that has been idle longest is closed to make room \
-                          (a new one only after a second without a request).",
+                          (a new one only after 100 ms without a request).",
             },
             Key {
                 name: "body_budget",

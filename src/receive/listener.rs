@@ -38,12 +38,8 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// loop does not spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// How long a new connection is spared from being closed for room before its first request
-/// starts. Without it a burst of ordinary senders over the cap closed one another: a
-/// connection accepted a moment ago, its request already in the socket but not yet parsed,
-/// was the longest "idle" one, and its sender got a reset (a burst of 100 signed requests
-/// at a cap of 64: 17 resets and 18 empty 503s). A second covers a TLS handshake and a
-/// head from across the world; a connection that has sent nothing by then is slow.
-const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(1);
+/// starts ([`Slot::spared`]).
+const FIRST_REQUEST_GRACE: Duration = Duration::from_millis(100);
 
 pub struct Limits {
     /// How long a peer may stay silent: while sending its request head, between requests on
@@ -66,8 +62,8 @@ impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
 /// At most `max_connections` are open at once. When every slot is taken and another peer
 /// connects, the connection that has waited longest without a request in progress (one
 /// still sending its head, doing its TLS handshake, or idle between requests) is closed to
-/// make room, a new one only once it has had [`FIRST_REQUEST_GRACE`] to start its first
-/// request; while no connection can be closed, the new one waits.
+/// make room, a new one only after [`FIRST_REQUEST_GRACE`] ([`Slot::spared`]). While no
+/// connection can be closed, the new one waits.
 /// Otherwise a few hundred slow or idle connections would hold every slot until their
 /// header timeout and a provider's signed request would wait behind them (Slack gives up
 /// after 3 s). Nothing is lost by it: a closed connection had no request in progress, and
@@ -110,8 +106,9 @@ where
         let permit = match permits.clone().try_acquire_owned() {
             Ok(p) => p,
             // Every slot is taken: close the longest idle connection and take its slot when
-            // it is gone. If every connection is inside a request, wait for a slot, and try
-            // again whenever one of them finishes its request and so could be closed.
+            // it is gone. If none can be closed (each inside a request, or new), wait for a
+            // slot, and try again whenever one of them finishes its request or a new one's
+            // grace ends, and so could be closed.
             Err(_) => loop {
                 let (closed, spared_until) = idle.close_oldest(Instant::now());
                 if closed {
@@ -134,15 +131,22 @@ where
         // nothing for the header timeout is gone or hostile.
         let mut stream = TimeoutStream::new(stream);
         stream.set_write_timeout(Some(limits.header_timeout));
-        let stream = Box::pin(stream);
         let slot = idle.register();
+        let stream = Watched {
+            inner: Box::pin(stream),
+            slot: slot.clone(),
+        };
         let handler = handler.clone();
         let service_slot = slot.clone();
         let service = service_fn(move |req: Request<Incoming>| {
             let (handler, slot) = (handler.clone(), service_slot.clone());
+            // When hyper has the head, not when it first polls the answer: in between it
+            // reads on (the body, or a look for the next request) and may find nothing
+            // waiting, which would make the connection closable with its request parsed.
+            let began = slot.begin();
             async move {
-                if !slot.begin() {
-                    // Closed for room between its head and now; the answer goes nowhere.
+                if !began {
+                    // Closed for room before its head was read; the answer goes nowhere.
                     return Ok::<_, Infallible>(busy().map(|body| Answer { body, slot: None }));
                 }
                 let answer = match malformed(&req) {
@@ -264,8 +268,73 @@ impl hyper::body::Body for Answer {
 impl Drop for Answer {
     fn drop(&mut self) {
         if let Some(slot) = &self.slot {
-            slot.end();
+            slot.answered.store(true, Ordering::Release);
         }
+    }
+}
+
+/// A connection's byte stream, watched for the flush that puts an answer in the socket
+/// (see `poll_flush`). Under TLS it is the raw stream, below the TLS records.
+struct Watched<S> {
+    inner: S,
+    slot: Arc<Slot>,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    /// hyper flushes once it has written what it buffered: an answer taken by hyper
+    /// ([`Answer`]) is then in the socket, and only then is its connection between
+    /// requests. Marked when the answer was taken, a keep-alive connection could be closed
+    /// for room with its answer still in hyper's buffer, never sent (a burst over the cap
+    /// lost a 200 now and then).
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let flushed = std::pin::Pin::new(&mut this.inner).poll_flush(cx);
+        if matches!(flushed, std::task::Poll::Ready(Ok(())))
+            && this.slot.answered.swap(false, Ordering::AcqRel)
+        {
+            this.slot.end();
+        }
+        flushed
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
     }
 }
 
@@ -274,8 +343,8 @@ impl Drop for Answer {
 struct Idle {
     slots: std::sync::Mutex<std::collections::HashMap<u64, Arc<Slot>>>,
     next_id: std::sync::atomic::AtomicU64,
-    /// Told whenever a connection finishes a request: the accept loop, waiting because
-    /// every connection was inside one, may now close it for room.
+    /// Told whenever a connection finishes a request: the accept loop, waiting because no
+    /// connection could be closed, may now close it for room.
     became_idle: Arc<Notify>,
 }
 
@@ -288,8 +357,18 @@ struct Slot {
     state: std::sync::atomic::AtomicU8,
     /// Since when it has been between requests (or open, before its first).
     since: std::sync::Mutex<Instant>,
-    /// Whether a request has started on it: before that it has [`FIRST_REQUEST_GRACE`].
-    served: std::sync::atomic::AtomicBool,
+    /// A new connection is not closed for room until its first request starts or
+    /// [`FIRST_REQUEST_GRACE`] has passed. Without it a burst of ordinary senders over the
+    /// cap closed one another: a connection accepted a moment before, its request still on
+    /// its way or unread in the socket, counted as the longest idle, and its sender got a
+    /// reset (100 signed requests at a cap of 64: 17 resets and 18 empty 503s). The first
+    /// read that finds nothing waiting is no sign of a slow client: the connection is
+    /// accepted when its handshake completes, often before its request arrives. The grace
+    /// is short because a flood of empty connections holds every slot for its length: one
+    /// that keeps the cap's worth of slots spared must open ten times the cap a second.
+    spared: std::sync::atomic::AtomicBool,
+    /// Its answer is in hyper's hands but not yet flushed: still in its request.
+    answered: std::sync::atomic::AtomicBool,
     closed: Notify,
     became_idle: Arc<Notify>,
 }
@@ -305,7 +384,8 @@ impl Idle {
             id,
             state: BETWEEN.into(),
             since: std::sync::Mutex::new(Instant::now()),
-            served: false.into(),
+            spared: true.into(),
+            answered: false.into(),
             closed: Notify::new(),
             became_idle: self.became_idle.clone(),
         });
@@ -324,8 +404,7 @@ impl Idle {
     }
 
     /// Closes the connection that has been between requests the longest, if any may be
-    /// closed `now`. Otherwise also says when the first connection still in its grace for a
-    /// first request loses it.
+    /// closed `now`. Otherwise also says when the first new connection's grace ends.
     fn close_oldest(&self, now: Instant) -> (bool, Option<Instant>) {
         let slots = self.slots.lock().expect("no panics while holding the lock");
         let mut spared_until: Option<Instant> = None;
@@ -336,7 +415,7 @@ impl Idle {
             }
             let since = *s.since.lock().expect("no panics while holding the lock");
             let grace_ends = since + FIRST_REQUEST_GRACE;
-            if !s.served.load(Ordering::Acquire) && grace_ends > now {
+            if s.spared.load(Ordering::Acquire) && grace_ends > now {
                 spared_until = Some(spared_until.map_or(grace_ends, |t| t.min(grace_ends)));
                 continue;
             }
@@ -361,12 +440,17 @@ impl Idle {
 impl Slot {
     /// A request starts; false if the connection was closed for room first.
     fn begin(&self) -> bool {
+        // The next request of a pipeline, parsed before the last answer was flushed: the
+        // connection never left its request.
+        if self.answered.swap(false, Ordering::AcqRel) {
+            return true;
+        }
         let began = self
             .state
             .compare_exchange(BETWEEN, IN_REQUEST, Ordering::AcqRel, Ordering::Acquire)
             .is_ok();
         if began {
-            self.served.store(true, Ordering::Release);
+            self.spared.store(false, Ordering::Release);
         }
         began
     }
