@@ -277,7 +277,7 @@ pub async fn run(
     // Samples of each source's rejection count, oldest first, for the count within RECENT.
     let mut rejections: VecDeque<(Instant, HashMap<String, u64>)> = VecDeque::new();
     // Notifications not yet committed (the inbox refused a write): tried again next time.
-    let mut unsent: Vec<(Condition, &'static str, String)> = Vec::new();
+    let mut unsent: Vec<Unsent> = Vec::new();
     // The alert targets of the last turn: a reload that adds one announces to it what is on.
     let mut told: Vec<String> = board.rules().alert_targets.clone();
     // The counters at start: rejections from now on count, whenever the first turn comes.
@@ -355,22 +355,30 @@ pub async fn run(
                 None => {
                     tracing::warn!(alert = c.kind.word(), subject = %c.subject(), since = %c.since,
                         "alert: {}", c.detail);
-                    unsent.push((c.clone(), "started", at.clone()));
+                    unsent.push(Unsent::to_all(&c, "started", &at));
                 }
             }
             next.push(c);
         }
-        // A reload that added an alert target: what was already on is announced again. A
-        // condition whose start was stored before is one event already (the same id) and
-        // is not stored twice; one that started while no alert target was configured was
-        // never stored, and now reaches the new target, as it would after a restart.
-        if rules.alert_targets.iter().any(|t| !told.contains(t)) {
+        // Alert targets a reload added are told what is already on, as a restart would
+        // tell them, in notices of their own: the one stored for the others has this
+        // condition's id, and storing it again would store nothing.
+        let added: Vec<String> = rules
+            .alert_targets
+            .iter()
+            .filter(|t| !told.contains(t))
+            .cloned()
+            .collect();
+        if !added.is_empty() {
             for c in &next {
                 let queued = unsent
                     .iter()
-                    .any(|(u, state, _)| *state == "started" && u.same(c));
+                    .any(|u| u.state == "started" && u.to.is_none() && u.condition.same(c));
                 if !queued {
-                    unsent.push((c.clone(), "started", at.clone()));
+                    unsent.push(Unsent {
+                        to: Some(added.clone()),
+                        ..Unsent::to_all(c, "started", &at)
+                    });
                 }
             }
         }
@@ -379,7 +387,7 @@ pub async fn run(
             if !next.iter().any(|c| c.same(p)) {
                 tracing::info!(alert = p.kind.word(), subject = %p.subject(), since = %p.since,
                     "alert ended");
-                unsent.push((p.clone(), "ended", at.clone()));
+                unsent.push(Unsent::to_all(p, "ended", &at));
             }
         }
         for (source, _) in &rules.sources {
@@ -405,10 +413,8 @@ pub async fn run(
         } else if !unsent.is_empty() {
             let batch = std::mem::take(&mut unsent);
             let targets = rules.alert_targets.clone();
-            let events: Vec<store::ingest::NewEvent> = batch
-                .iter()
-                .map(|(c, state, at)| notice(c, state, at, &targets))
-                .collect();
+            let events: Vec<store::ingest::NewEvent> =
+                batch.iter().map(|u| notice(u, &targets)).collect();
             match store.store_unless_known(events).await {
                 Ok(()) => store.commits().committed(SOURCE),
                 Err(e) => {
@@ -643,15 +649,33 @@ fn count(n: i64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
-/// The inbox event that carries one notification to every alert target. Its id names the
-/// condition, its start and the change, so a notification stored twice (a restart during
-/// the same silence) is one event, delivered once.
-fn notice(
-    c: &Condition,
+/// A notification not yet stored: a condition's change, noticed `at`, for every alert
+/// target, or only `to` those a reload added.
+struct Unsent {
+    condition: Condition,
     state: &'static str,
-    at: &str,
-    targets: &[String],
-) -> store::ingest::NewEvent {
+    at: String,
+    to: Option<Vec<String>>,
+}
+
+impl Unsent {
+    fn to_all(c: &Condition, state: &'static str, at: &str) -> Unsent {
+        Unsent {
+            condition: c.clone(),
+            state,
+            at: at.to_owned(),
+            to: None,
+        }
+    }
+}
+
+/// The inbox event that carries one notification to every alert target (`targets`), or to
+/// those it names. Its id names the condition, its start and the change (and the targets,
+/// when it names them), so a notification stored twice (a restart during the same silence)
+/// is one event, delivered once.
+fn notice(u: &Unsent, targets: &[String]) -> store::ingest::NewEvent {
+    let (c, state, at) = (&u.condition, u.state, u.at.as_str());
+    let targets = u.to.as_deref().unwrap_or(targets);
     let body = serde_json::to_vec(&Notice {
         state,
         alert: c.kind.word(),
@@ -662,7 +686,10 @@ fn notice(
         detail: &c.detail,
     })
     .expect("a notice serializes");
-    let event_id = format!("{}:{}:{}:{state}", c.kind.word(), c.subject(), c.since);
+    let mut event_id = format!("{}:{}:{}:{state}", c.kind.word(), c.subject(), c.since);
+    if let Some(to) = &u.to {
+        event_id.push_str(&format!(":to:{}", to.join(",")));
+    }
     store::ingest::NewEvent {
         source: SOURCE.into(),
         account: "".into(),

@@ -95,12 +95,14 @@ pub fn run(args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
                     .create_new(true)
                     .mode(mode)
                     .open(path)
-                    .with_context(|| {
-                        format!(
-                            "creating {}: keypair never replaces a key; choose another --out \
-                             or remove the old pair first",
-                            path.display()
-                        )
+                    .map_err(|e| {
+                        let why = if e.kind() == std::io::ErrorKind::AlreadyExists {
+                            "keypair never replaces a key; choose another --out or remove the \
+                             old pair first"
+                        } else {
+                            "is --out's directory there and writable?"
+                        };
+                        anyhow::anyhow!("creating {}: {e}; {why}", path.display())
                     })
             };
             let mut key_file = create(&key_path, 0o600)?;

@@ -443,7 +443,6 @@ pub enum PgTls {
 /// The table a `postgres` target inserts into when it names none.
 pub const DEFAULT_PG_TABLE: &str = "webhook_inbox";
 
-/// The path `--config` means when it is not given.
 /// Where a config that could not be read was looked for, when it is the default: the
 /// system's file comes first, and an error naming only the second would hide that.
 fn looked_for(path: &Path) -> String {
@@ -454,6 +453,7 @@ fn looked_for(path: &Path) -> String {
     }
 }
 
+/// The path `--config` means when it is not given.
 pub fn default_path() -> PathBuf {
     if Path::new(SYSTEM_PATH).exists() {
         PathBuf::from(SYSTEM_PATH)

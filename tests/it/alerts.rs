@@ -258,8 +258,8 @@ retry = ["3s", "3s", "3s", "3s", "3s"]
     server.stop().await;
 }
 
-/// An alert target added by a reload is told of what is already on, as it would be after a
-/// restart, and only once.
+/// Alert targets added by a reload are told of what is already on, as they would be after a
+/// restart, each once.
 async fn an_alert_target_added_by_reload_is_told_what_is_on(backend: Backend) {
     let sink = Sink::start(|_, _| Reply::Status(200)).await;
     let source = r#"
@@ -299,13 +299,31 @@ expect_every = "2s"
         started["detail"].as_str().unwrap().contains("expect_every"),
         "{started}"
     );
-    // Later turns do not tell it again.
+    // A second target added later is told too, in a notice of its own; the first is not
+    // told again, neither by the later turns nor by the second reload.
+    let pager = Sink::start(|_, _| Reply::Status(200)).await;
+    let second = format!(
+        "\n[[alerts]]\nname = \"pager\"\nurl = \"{}\"\nretry = [\"1s\"]\n",
+        pager.url()
+    );
+    server
+        .reload(&format!("{source}{}{second}", alerts_table(&sink.url())))
+        .await
+        .unwrap();
+    let paged = wait_for_notice(&pager, "source_silent", "started", "sw").await;
+    assert_eq!(
+        paged["since"], started["since"],
+        "the same condition: {paged}"
+    );
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let told = notices(&sink)
-        .into_iter()
-        .filter(|(n, _)| n["alert"] == "source_silent" && n["state"] == "started")
-        .count();
-    assert_eq!(told, 1, "{:?}", notices(&sink));
+    let told = |sink: &Sink| {
+        notices(sink)
+            .into_iter()
+            .filter(|(n, _)| n["alert"] == "source_silent" && n["state"] == "started")
+            .count()
+    };
+    assert_eq!(told(&sink), 1, "{:?}", notices(&sink));
+    assert_eq!(told(&pager), 1, "{:?}", notices(&pager));
     server.stop().await;
 }
 
