@@ -430,9 +430,9 @@ struct Follower {
 }
 
 impl Follower {
-    /// `hookinbox events --follow ARGS… --config CONFIG`.
-    fn start(config: &std::path::Path, args: &[&str]) -> Follower {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_hookinbox"))
+    /// `hookinbox events --follow ARGS… --config CONFIG`, its stdout a pipe.
+    fn spawn(config: &std::path::Path, args: &[&str]) -> std::process::Child {
+        Command::new(env!("CARGO_BIN_EXE_hookinbox"))
             .args(["events", "--follow"])
             .args(args)
             .arg("--config")
@@ -442,7 +442,12 @@ impl Follower {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .unwrap();
+            .unwrap()
+    }
+
+    /// [`Follower::spawn`], its lines read on a thread of their own.
+    fn start(config: &std::path::Path, args: &[&str]) -> Follower {
+        let mut child = Follower::spawn(config, args);
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -577,15 +582,7 @@ async fn events_follow_prints_new_events_as_they_commit_and_ends_cleanly(backend
 
     // A reader that goes away while no event comes (`| head -1` on a quiet source) ends it
     // too, without waiting for an event to write.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hookinbox"))
-        .args(["events", "--follow", "--json", "--limit", "1", "--config"])
-        .arg(&server.config.path)
-        .env_remove("HOOKINBOX_CONFIG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
+    let mut child = Follower::spawn(&server.config.path, &["--json", "--limit", "1"]);
     let stdout = child.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
