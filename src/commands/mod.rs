@@ -36,6 +36,10 @@ pub fn unconfigured_names(
     target: Option<&str>,
 ) -> Option<String> {
     let config = config?;
+    // The alerts' own source is hookinbox's, never configured, nor are its targets.
+    if source == Some(crate::alerts::SOURCE) {
+        return None;
+    }
     let names = |v: Vec<String>| {
         if v.is_empty() {
             "none".to_owned()

@@ -606,6 +606,7 @@ async fn read_commands_warn_of_names_the_config_does_not_have(backend: Backend) 
     );
     for args in [
         &["events", "--source", "billing"][..],
+        &["events", "--source", "hookinbox.alerts"],
         &["dead", "--target", "audit"],
         &["dead", "--source", "sw", "--target", "audit"],
     ] {
