@@ -71,21 +71,23 @@ fn commands(cmd: &clap::Command) -> Roff {
             .get_arguments()
             .filter(|a| !a.is_hide_set() && !a.is_global_set() && a.get_id() != "help");
         for arg in args {
-            let values = arg
-                .get_value_names()
-                .map(|names| names.iter().map(|n| format!(" <{n}>")).collect::<String>())
-                .unwrap_or_default();
+            let takes_values = arg.get_action().takes_values();
             let flag = match (arg.get_short(), arg.get_long()) {
                 (_, None) => String::new(),
                 (Some(short), Some(long)) => format!("-{short}, --{long}"),
                 (None, Some(long)) => format!("--{long}"),
             };
+            let values = match arg.get_value_names() {
+                Some(names) if takes_values => {
+                    names.iter().map(|n| format!(" <{n}>")).collect::<String>()
+                }
+                _ => String::new(),
+            };
+            // A positional argument is shown as its value's name alone.
             let values = if flag.is_empty() {
-                values.trim_start().to_owned()
-            } else if arg.get_action().takes_values() {
-                values
+                values.trim_start()
             } else {
-                String::new()
+                &values
             };
             let mut help = arg
                 .get_long_help()
@@ -98,7 +100,7 @@ fn commands(cmd: &clap::Command) -> Roff {
                 .filter(|v| !v.is_hide_set())
                 .map(|v| v.get_name().to_owned())
                 .collect();
-            if !choices.is_empty() && arg.get_action().takes_values() {
+            if !choices.is_empty() && takes_values {
                 help.push_str(&format!(" [possible values: {}]", choices.join(", ")));
             }
             let defaults: Vec<String> = arg
@@ -106,7 +108,7 @@ fn commands(cmd: &clap::Command) -> Roff {
                 .iter()
                 .map(|v| v.to_string_lossy().into_owned())
                 .collect();
-            if !defaults.is_empty() && arg.get_action().takes_values() {
+            if !defaults.is_empty() && takes_values {
                 help.push_str(&format!(" [default: {}]", defaults.join(", ")));
             }
             roff.control("TP", []);

@@ -58,24 +58,18 @@ pub fn unconfigured_names(
         ));
     }
     let target = target?;
-    let pairs: Vec<String> = config
+    let pairs: Vec<(&str, &str)> = config
         .sources
         .iter()
         .filter(|s| source.is_none_or(|want| want == s.name))
         .flat_map(|s| s.targets.iter().map(move |t| (s.name.as_str(), t.as_str())))
-        .map(|(s, t)| format!("{s}/{t}"))
         .collect();
-    let known = config
-        .sources
-        .iter()
-        .filter(|s| source.is_none_or(|want| want == s.name))
-        .any(|s| s.targets.iter().any(|t| t == target));
-    if known {
+    if pairs.iter().any(|(_, t)| *t == target) {
         return None;
     }
+    let configured = names(pairs.iter().map(|(s, t)| format!("{s}/{t}")).collect());
     Some(format!(
-        "no target {target:?} in {at} (configured: {}); showing what the inbox holds under \
-         that name",
-        names(pairs)
+        "no target {target:?} in {at} (configured: {configured}); showing what the inbox holds \
+         under that name"
     ))
 }
