@@ -4,7 +4,6 @@
 //! the load balancer, never for providers.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -32,8 +31,6 @@ const SETTLED_RECOUNT: Duration = Duration::from_secs(60);
 pub struct Admin {
     pub metrics: Arc<Metrics>,
     pub store: Store,
-    /// The SQLite inbox file, for the WAL size.
-    pub inbox: Option<PathBuf>,
     pub delivery: Arc<deliver::Health>,
     /// The memory budget for request bodies, for its gauge.
     pub budget: Arc<crate::receive::BodyBudget>,
@@ -108,10 +105,7 @@ impl Admin {
         self.metrics
             .body_bytes_in_memory
             .set(i64::try_from(self.budget.in_use()).unwrap_or(i64::MAX));
-        if let Some(inbox) = &self.inbox {
-            let mut wal = inbox.clone().into_os_string();
-            wal.push("-wal");
-            let wal_len = std::fs::metadata(&wal).map_or(0, |m| m.len());
+        if let Some(wal_len) = self.store.wal_bytes() {
             self.metrics
                 .wal_bytes
                 .set(i64::try_from(wal_len).unwrap_or(i64::MAX));

@@ -22,8 +22,8 @@ use tokio::sync::watch;
 use crate::clock;
 use crate::config::{Source, Target};
 use crate::metrics::{FailureLabels, Metrics};
-use crate::store::sql::{Db, Dialect};
-use crate::store::{self, Store, stats};
+use crate::store::Db;
+use crate::store::{self, NewEvent, Store, stats};
 
 /// The internal source alerts are stored and delivered under. A configured source cannot
 /// have this name (a '.' is not allowed in one), so the two never mix.
@@ -219,12 +219,7 @@ struct Stored {
 fn started_before(db: Db) -> anyhow::Result<Vec<Condition>> {
     let mut seen: Vec<(Kind, String, Option<String>)> = Vec::new();
     let mut on = Vec::new();
-    for body in db.rows(
-        "SELECT p.body FROM events e JOIN payloads p ON p.event = e.id
-          WHERE e.source = ?1 ORDER BY e.id DESC LIMIT ?2",
-        &[&SOURCE, &SEEN_AT_START],
-        |r| Ok(r.get_ref(0)?.as_bytes()?.to_vec()),
-    )? {
+    for body in db.newest_bodies(SOURCE, SEEN_AT_START)? {
         let Ok(n) = serde_json::from_slice::<Stored>(&body) else {
             continue;
         };
@@ -413,8 +408,7 @@ pub async fn run(
         } else if !unsent.is_empty() {
             let batch = std::mem::take(&mut unsent);
             let targets = rules.alert_targets.clone();
-            let events: Vec<store::ingest::NewEvent> =
-                batch.iter().map(|u| notice(u, &targets)).collect();
+            let events: Vec<store::NewEvent> = batch.iter().map(|u| notice(u, &targets)).collect();
             match store.store_unless_known(events).await {
                 Ok(()) => store.commits().committed(SOURCE),
                 Err(e) => {
@@ -583,12 +577,7 @@ fn judge(
     }
 
     let news_since = clock::iso(now - NEWS_FOR);
-    for (source, n, first) in db.rows(
-        "SELECT source, count(*), min(last_seen_at) FROM conflicts
-          WHERE last_seen_at >= ?1 GROUP BY source ORDER BY source",
-        &[&news_since],
-        |r| Ok((r.get::<String>(0)?, r.get::<i64>(1)?, r.get(2)?)),
-    )? {
+    for (source, n, first) in stats::new_conflicts(db, &news_since)? {
         if source == SOURCE {
             continue;
         }
@@ -605,28 +594,9 @@ fn judge(
             ),
         });
     }
-    let deliveries = match db.dialect() {
-        Dialect::Sqlite => "deliveries INDEXED BY deliveries_dead",
-        Dialect::Postgres => "deliveries",
-    };
     // Not the alert targets' own: a notification that died would be announced to the
     // target that let it die, forever. Their failures are in the log and the metrics.
-    for (source, target, n, first) in db.rows(
-        &format!(
-            "SELECT source, target, count(*), min(updated_at) FROM {deliveries}
-              WHERE state = 'dead' AND updated_at >= ?1 AND source <> ?2
-              GROUP BY 1, 2 ORDER BY 1, 2"
-        ),
-        &[&news_since, &SOURCE],
-        |r| {
-            Ok((
-                r.get::<String>(0)?,
-                r.get::<String>(1)?,
-                r.get::<i64>(2)?,
-                r.get(3)?,
-            ))
-        },
-    )? {
+    for (source, target, n, first) in stats::new_dead(db, &news_since, SOURCE)? {
         out.push(Condition {
             kind: Kind::NewDeadDeliveries,
             detail: format!(
@@ -673,7 +643,7 @@ impl Unsent {
 /// those it names. Its id names the condition, its start and the change (and the targets,
 /// when it names them), so a notification stored twice (a restart during the same silence)
 /// is one event, delivered once.
-fn notice(u: &Unsent, targets: &[String]) -> store::ingest::NewEvent {
+fn notice(u: &Unsent, targets: &[String]) -> NewEvent {
     let (c, state, at) = (&u.condition, u.state, u.at.as_str());
     let targets = u.to.as_deref().unwrap_or(targets);
     let body = serde_json::to_vec(&Notice {
@@ -690,24 +660,5 @@ fn notice(u: &Unsent, targets: &[String]) -> store::ingest::NewEvent {
     if let Some(to) = &u.to {
         event_id.push_str(&format!(":to:{}", to.join(",")));
     }
-    store::ingest::NewEvent {
-        source: SOURCE.into(),
-        account: "".into(),
-        sha256_hex: hex::encode(ring::digest::digest(&ring::digest::SHA256, &body)),
-        body: body.into(),
-        body_is_text: true,
-        headers: r#"[["content-type","application/json"]]"#.into(),
-        event_type: Some(format!("alert.{state}")),
-        provider_time: None,
-        deliveries: targets
-            .iter()
-            .map(|t| (t.clone(), store::idempotency_key(SOURCE, "", &event_id, t)))
-            .collect(),
-        event_id,
-        order: None,
-        remote_addr: "hookinbox".into(),
-        origin: store::ingest::Origin::Webhook,
-        bookkeeping: &[],
-        memory: None,
-    }
+    NewEvent::notification(SOURCE, event_id, format!("alert.{state}"), body, targets)
 }

@@ -7,8 +7,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+use crate::store::Location;
 use crate::store::retention::Rule;
-use crate::store::sql::Inbox;
 use crate::{commands, config};
 
 /// The help heading of the options every subcommand takes.
@@ -338,9 +338,9 @@ fn with_config(
     match command {
         Command::Recover(args) => {
             // --db names a SQLite inbox as for the other operator commands.
-            let inbox = match (db, &config.store.backend) {
-                (None, config::Backend::Postgres(pg)) => Inbox::Postgres(pg.clone()),
-                (db, _) => Inbox::Sqlite(db.unwrap_or_else(|| config.store.path.clone())),
+            let inbox = match db {
+                Some(db) => Location::file(db),
+                None => Location::of(&config.store),
             };
             commands::recover::run(config, &inbox, &args, out)
         }
@@ -386,23 +386,21 @@ fn offline_command(
 ) -> anyhow::Result<()> {
     let out = &mut std::io::stdout().lock();
     // `--db FILE` names a SQLite inbox; otherwise the config says where the inbox is.
-    let inbox = match offline.map(|o| &o.store.backend) {
-        Some(config::Backend::Postgres(pg)) if !given => Inbox::Postgres(pg.clone()),
-        _ => {
-            if !db.exists() {
-                let hint = if matches!(command, Command::MigrateStore(_)) {
-                    ""
-                } else {
-                    " (serve creates it)"
-                };
-                anyhow::bail!(
-                    "no inbox at {}; is --config or --db right?{hint}",
-                    db.display()
-                );
-            }
-            Inbox::Sqlite(db.to_owned())
-        }
+    let inbox = match offline {
+        Some(offline) if !given => Location::of(&offline.store),
+        _ => Location::file(db.to_owned()),
     };
+    if inbox.missing() {
+        let hint = if matches!(command, Command::MigrateStore(_)) {
+            ""
+        } else {
+            " (serve creates it)"
+        };
+        anyhow::bail!(
+            "no inbox at {}; is --config or --db right?{hint}",
+            inbox.name()
+        );
+    }
     if let Command::MigrateStore(args) = command {
         let db = inbox.sqlite_only(
             "migrate-store",

@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use crate::config::Offline;
-use crate::store::sql::Inbox;
+use crate::store::Location;
 use crate::{clock, store};
 
 /// The longest window: long enough to create a webhook by hand, short enough to close
@@ -27,7 +27,7 @@ pub struct Args {
 }
 
 pub fn run(
-    inbox: &Inbox,
+    inbox: &Location,
     offline: Option<&Offline>,
     args: &Args,
     out: &mut impl Write,

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::config::{Config, Synchronous, TargetKind};
+use crate::config::{Config, TargetKind};
 use crate::receive::HOOKS_PREFIX;
 use crate::store;
 
@@ -24,7 +24,7 @@ struct Report {
     /// No problems: what `serve` would do works (warnings aside).
     ok: bool,
     listeners: Listeners,
-    inbox: Inbox,
+    inbox: store::Described,
     sources: Vec<SourceReport>,
     /// The `[[alerts]]` targets.
     alerts: Vec<TargetReport>,
@@ -40,14 +40,6 @@ struct Listeners {
     tls: bool,
     /// Whether the web inbox may replay, pause and resume (`admin.actions`).
     web_actions: bool,
-}
-
-#[derive(Debug, Serialize)]
-struct Inbox {
-    /// The SQLite file, or the PostgreSQL URL.
-    path: String,
-    backend: &'static str,
-    synchronous: &'static str,
 }
 
 #[derive(Debug, Serialize)]
@@ -138,15 +130,8 @@ fn report(config: &Config) -> Report {
         })
         .collect();
     let mut warnings = config.warnings();
-    // The SQLite file's conversions; a PostgreSQL inbox migrates in its own database (a
-    // file left behind by `migrate-store` is never opened again).
-    let db = &config.store.path;
-    if matches!(config.store.backend, crate::config::Backend::Sqlite)
-        && let Some(conn) = db.exists().then(|| store::read::open(db).ok()).flatten()
-    {
-        warnings.extend(conversion_warning(&conn, db));
-        warnings.extend(deliveries_rebuild_warning(&conn, db));
-    }
+    let inbox = store::Location::of(&config.store);
+    warnings.extend(inbox.upgrade_warnings());
     let problems = config.problems();
     Report {
         config: config.path.display().to_string(),
@@ -157,21 +142,7 @@ fn report(config: &Config) -> Report {
             tls: config.server.tls.is_some(),
             web_actions: config.admin.actions,
         },
-        inbox: match &config.store.backend {
-            crate::config::Backend::Sqlite => Inbox {
-                path: config.store.path.display().to_string(),
-                backend: "sqlite",
-                synchronous: match config.store.synchronous {
-                    Synchronous::Full => "full",
-                    Synchronous::Normal => "normal",
-                },
-            },
-            crate::config::Backend::Postgres(pg) => Inbox {
-                path: pg.url.clone(),
-                backend: "postgres",
-                synchronous: "synchronous_commit=on",
-            },
-        },
+        inbox: inbox.describe(),
         sources,
         alerts: config.alerts.iter().map(target_report).collect(),
         warnings,
@@ -315,84 +286,3 @@ fn write_text(r: &Report, out: &mut impl Write) -> std::io::Result<()> {
 #[derive(Debug, thiserror::Error)]
 #[error("{0} problem(s) above would fail at run time; the file parses, but fix them first")]
 pub struct Problems(pub usize);
-
-/// What `serve` will do to an existing inbox at start-up that an operator should plan
-/// for: a conversion that rewrites the whole file once.
-fn conversion_warning(conn: &rusqlite::Connection, db: &Path) -> Option<String> {
-    let (rewrite, version) = store::pending_rewrite(conn).ok()?;
-    if !rewrite {
-        return None;
-    }
-    let mib = |bytes: u64| bytes / (1024 * 1024);
-    let mut wal = db.as_os_str().to_owned();
-    wal.push("-wal");
-    let size = [db.as_os_str(), wal.as_os_str()]
-        .iter()
-        .filter_map(|p| std::fs::metadata(p).ok())
-        .map(|m| m.len())
-        .sum::<u64>();
-    let dir = db
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let free = nix::sys::statvfs::statvfs(dir)
-        .map(|s| {
-            format!(
-                ", {} MiB are",
-                mib(s.blocks_available() * s.fragment_size())
-            )
-        })
-        .unwrap_or_default();
-    Some(format!(
-        "the inbox {} ({} MiB, schema version {version}) is converted to version {} when \
-         `serve` next starts: the file is rewritten once (VACUUM), which needs about {} MiB \
-         free beside it at its peak{free} and takes about {REWRITE_SECONDS_PER_GIB} s per GiB \
-         on a small VM. Providers are not answered until it is done (they retry; under \
-         systemd serve extends its start timeout meanwhile): take a `hookinbox backup` \
-         first and restart when traffic is low",
-        db.display(),
-        mib(size),
-        store::schema_version(),
-        mib(size) * REWRITE_SPACE_FACTOR + 1,
-    ))
-}
-
-/// The schema 7 rebuild of `deliveries` on an inbox large enough for it to take a while:
-/// `serve` copies every delivery once before it listens.
-fn deliveries_rebuild_warning(conn: &rusqlite::Connection, db: &Path) -> Option<String> {
-    let rows = store::pending_deliveries_rebuild(conn).ok()??;
-    if rows < REBUILD_WORTH_SAYING {
-        return None;
-    }
-    let millions = rows as f64 / 1e6;
-    Some(format!(
-        "the inbox {} holds {rows} deliveries, which `serve` copies once when it next \
-         starts (schema version {} drops the index of their idempotency keys): about {:.0} s, \
-         with about {} MiB free for the copy at its peak (a third of it stays in the file, \
-         given back to the file system a little at a time). Providers are not answered \
-         until it is done (they retry): restart when traffic is low",
-        db.display(),
-        store::DELIVERIES_REBUILT_IN,
-        (millions * REBUILD_SECONDS_PER_MILLION).ceil(),
-        (rows as u64 * REBUILD_BYTES_PER_DELIVERY) / (1024 * 1024) + 1,
-    ))
-}
-
-/// Below this many deliveries the rebuild takes about a second or less: not worth a
-/// warning.
-const REBUILD_WORTH_SAYING: i64 = 250_000;
-/// What the rebuild took, measured on a 2-core VM with 1 million delivered deliveries (one
-/// target): 3.6–5.6 s; at its peak the file and its WAL took 425 MB more than before with
-/// hookinbox's SQLite, 672 MB with Debian's 3.40 (the new table and its indexes in the WAL,
-/// more than once where the page cache spilled, then copied into the file beside the old
-/// one's pages, which become free), and the file stayed 165–170 MB larger. The space asked
-/// for is the larger peak.
-const REBUILD_SECONDS_PER_MILLION: f64 = 6.0;
-const REBUILD_BYTES_PER_DELIVERY: u64 = 700;
-
-/// What the one-time rewrite took, measured on a 2-core VM with a 717 MiB inbox of 300,000
-/// events (BENCHMARKS.md, "Disk: pruning, giving pages back, and the schema 2 conversion"):
-/// 11–13 s, and at its peak the old file, the migration's copy and the WAL together used
-/// 3.1 times the file's size, so about twice its size must be free beside it.
-const REWRITE_SECONDS_PER_GIB: u64 = 25;
-const REWRITE_SPACE_FACTOR: u64 = 2;

@@ -5,11 +5,11 @@
 use std::io::Write;
 
 use anyhow::Context as _;
-use rusqlite::types::Value;
 use serde::Serialize;
 
 use super::events::{DEFAULT_LIMIT, MAX_LIMIT};
-use crate::store::sql::{self, Db, Inbox};
+use crate::store::Location;
+use crate::store::views::conflicts::Conflict;
 use crate::terminal::Table;
 
 #[derive(Debug, clap::Args)]
@@ -39,28 +39,11 @@ struct Listing {
     conflicts: Vec<Conflict>,
 }
 
-#[derive(Debug, Serialize)]
-pub(crate) struct Conflict {
-    pub(crate) id: i64,
-    pub(crate) last_seen_at: String,
-    /// When this version first arrived.
-    pub(crate) received_at: String,
-    pub(crate) source: String,
-    pub(crate) account: String,
-    pub(crate) event_id: String,
-    /// How many times this version arrived.
-    pub(crate) seen: i64,
-    /// The stored event's hash, and this version's.
-    pub(crate) original_sha256: String,
-    pub(crate) sha256: String,
-    pub(crate) size: i64,
-    /// The stored event's row id (for `hookinbox show`); null once it was pruned away.
-    pub(crate) original_event: Option<i64>,
-}
-
-pub fn run(inbox: &Inbox, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
+pub fn run(inbox: &Location, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
     let conn = inbox.read()?;
-    let conflicts = list(conn.db(), args.source.as_deref(), args.limit)
+    let conflicts = conn
+        .db()
+        .conflicts(args.source.as_deref(), args.limit)
         .with_context(|| format!("reading conflicts from {}", inbox.name()))?;
     drop(conn);
 
@@ -96,37 +79,4 @@ pub fn run(inbox: &Inbox, args: &Args, out: &mut impl Write) -> anyhow::Result<(
 /// split a character: the column holds hex, but the inbox is a file anyone can edit).
 fn short(hash: &str) -> &str {
     hash.get(..SHORT_HASH).unwrap_or(hash)
-}
-
-/// Quarantined versions, newest first: the `recent_conflicts` view, so that this listing, the
-/// web inbox and `sqlite3` agree. Only fixed fragments go into the SQL; values are
-/// parameters.
-pub(crate) fn list(db: Db, source: Option<&str>, limit: u32) -> Result<Vec<Conflict>, sql::Error> {
-    let mut sql = String::from(
-        "SELECT id, last_seen_at, received_at, source, account, event_id, seen,
-                original_sha256, sha256, size, original_event
-           FROM recent_conflicts WHERE TRUE",
-    );
-    let mut params: Vec<Value> = Vec::new();
-    if let Some(s) = source {
-        sql.push_str(" AND source = ?");
-        params.push(Value::Text(s.to_owned()));
-    }
-    sql.push_str(" ORDER BY last_seen_at DESC, id DESC LIMIT ?");
-    params.push(Value::Integer(limit.into()));
-    db.rows(&sql, &sql::refs(&params), |r| {
-        Ok(Conflict {
-            id: r.get(0)?,
-            last_seen_at: r.get(1)?,
-            received_at: r.get(2)?,
-            source: r.get(3)?,
-            account: r.get(4)?,
-            event_id: r.get(5)?,
-            seen: r.get(6)?,
-            original_sha256: r.get(7)?,
-            sha256: r.get(8)?,
-            size: r.get(9)?,
-            original_event: r.get(10)?,
-        })
-    })
 }

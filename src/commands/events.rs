@@ -8,12 +8,11 @@
 use std::io::Write;
 
 use anyhow::Context as _;
-use rusqlite::types::Value;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::clock;
-use crate::store::sql::{self, Db, Dialect, Inbox};
-use crate::store::timeline;
+use crate::store::Location;
+use crate::store::views::events::{EventFilter, EventRow, Follow, MAX_PAGE, Range};
 use crate::terminal::Table;
 
 /// Rows a listing (`events`, `conflicts`, `dead`) prints unless `--limit` says otherwise:
@@ -21,7 +20,7 @@ use crate::terminal::Table;
 pub const DEFAULT_LIMIT: u32 = 50;
 /// The most rows one listing prints; page further with `events --before`. Bounds the memory
 /// one command uses and how long its statement reads.
-pub const MAX_LIMIT: i64 = 10_000;
+pub const MAX_LIMIT: i64 = MAX_PAGE;
 
 /// How often `--follow` looks for new events. Another process cannot be told of a commit,
 /// so it polls: each look is one read of the ids above the last one printed (the primary
@@ -94,78 +93,25 @@ impl Status {
 /// The JSON output: one page of events and where the next one starts.
 #[derive(Debug, Serialize)]
 struct Page {
-    events: Vec<Event>,
+    events: Vec<EventRow>,
     /// The `--before` value for the next page; null on the last page.
     next_before: Option<i64>,
 }
 
-#[derive(Debug, Serialize)]
-struct Event {
-    id: i64,
-    received_at: String,
-    source: String,
-    account: String,
-    event_id: String,
-    event_type: Option<String>,
-    size: i64,
-    status: String,
-    pruned: bool,
-    /// `webhook`, or `api` (fetched by `recover` from the provider's API).
-    origin: String,
-    deliveries: Vec<Delivery>,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-struct Delivery {
-    target: String,
-    state: String,
-    attempts: i64,
-}
-
-/// One statement reads the page and, per event, its deliveries as a JSON array (the
-/// database's JSON functions), so that status and deliveries come from the same snapshot
-/// without an explicit transaction. The WHERE clause is appended from the fixed fragments
-/// in [`filtered`].
-fn select(dialect: Dialect) -> &'static str {
-    match dialect {
-        Dialect::Sqlite => {
-            "
-SELECT v.id, v.received_at, v.source, v.account, v.event_id, v.event_type, v.size,
-       v.status, v.pruned, v.origin,
-       (SELECT json_group_array(json_object('target', d.target, 'state', d.state,
-                                            'attempts', d.attempts))
-          FROM (SELECT target, state, attempts FROM deliveries
-                 WHERE event = v.id ORDER BY id) d)
-  FROM recent_events v
- WHERE TRUE"
-        }
-        Dialect::Postgres => {
-            "
-SELECT v.id, v.received_at, v.source, v.account, v.event_id, v.event_type, v.size,
-       v.status, v.pruned, v.origin,
-       (SELECT json_agg(json_build_object('target', d.target, 'state', d.state,
-                                          'attempts', d.attempts) ORDER BY d.id)
-          FROM deliveries d WHERE d.event = v.id)
-  FROM recent_events v
- WHERE TRUE"
-        }
-    }
-}
-
-pub fn run(inbox: &Inbox, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
+pub fn run(inbox: &Location, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
     let conn = inbox.read()?;
     if args.follow {
-        return follow(conn.db(), inbox, args, out);
+        return follow(&conn, inbox, args, out);
     }
     // One row more than the page: whether it exists says whether there is a next page.
-    let (mut sql, mut params) = filtered(conn.db(), args)?;
-    if let Some(id) = args.before {
-        sql.push_str(" AND v.id < ?");
-        params.push(Value::Integer(id));
-    }
-    sql.push_str(" ORDER BY v.id DESC LIMIT ?");
-    params.push(Value::Integer(i64::from(args.limit) + 1));
-    let mut events = read(conn.db(), inbox, &sql, params)?;
+    let range = Range::Page {
+        before: args.before,
+        limit: i64::from(args.limit) + 1,
+    };
+    let mut events = conn
+        .db()
+        .events(&filter(args), &range)
+        .with_context(|| format!("reading events from {}", inbox.name()))?;
     drop(conn);
 
     let limit = args.limit as usize;
@@ -212,7 +158,7 @@ const HEADERS: [&str; 9] = [
 ];
 
 /// One event's row, unescaped (the table and [`Rows`] escape every cell).
-fn cells(e: &Event) -> [String; 9] {
+fn cells(e: &EventRow) -> [String; 9] {
     let deliveries: Vec<String> = e
         .deliveries
         .iter()
@@ -231,77 +177,15 @@ fn cells(e: &Event) -> [String; 9] {
     ]
 }
 
-/// [`SELECT`] with the operator's filters, to which the caller appends its range and order.
-///
-/// Only fixed fragments go into the SQL; every value the operator typed is a parameter.
-///
-/// Plans, so that a page of a large inbox stays a short query: by default SQLite walks the
-/// primary key downwards from `--before` and stops after a page of matches. The unary `+`
-/// keeps it from using the identity index for `--source`, which would collect every match
-/// and sort them all, on every page. `--since` and `--until` bound the ids walked
-/// ([`timeline::window`]). PostgreSQL's planner has statistics to choose by, and no unary
-/// `+` on text.
-fn filtered(db: Db, args: &Args) -> anyhow::Result<(String, Vec<Value>)> {
-    let mut sql = String::from(select(db.dialect()));
-    let unindexed = match db.dialect() {
-        Dialect::Sqlite => "+",
-        Dialect::Postgres => "",
-    };
-    let mut params: Vec<Value> = Vec::new();
-    if let Some(s) = &args.source {
-        sql.push_str(&format!(" AND {unindexed}v.source = ?"));
-        params.push(Value::Text(s.clone()));
+/// The operator's filters.
+fn filter(args: &Args) -> EventFilter {
+    EventFilter {
+        source: args.source.clone(),
+        status: args.status.map(|s| s.as_str().to_owned()),
+        since: args.since.clone(),
+        until: args.until.clone(),
+        ..EventFilter::default()
     }
-    if let Some(s) = args.status {
-        sql.push_str(" AND v.status = ?");
-        params.push(Value::Text(s.as_str().into()));
-    }
-    timeline::window(
-        db,
-        args.since.as_deref(),
-        args.until.as_deref(),
-        &mut sql,
-        &mut params,
-    )
-    .context("finding the time window's events")?;
-    Ok((sql, params))
-}
-
-/// Runs a query built on [`SELECT`]. Collected before returning, so that the statement is
-/// reset and holds no read snapshot open (which would keep the WAL from being
-/// checkpointed while `--follow` waits).
-fn read(db: Db, inbox: &Inbox, sql: &str, params: Vec<Value>) -> anyhow::Result<Vec<Event>> {
-    db.rows(sql, &sql::refs(&params), |r| {
-        Ok((
-            Event {
-                id: r.get(0)?,
-                received_at: r.get(1)?,
-                source: r.get(2)?,
-                account: r.get(3)?,
-                event_id: r.get(4)?,
-                event_type: r.get(5)?,
-                size: r.get(6)?,
-                status: r.get(7)?,
-                pruned: r.get(8)?,
-                origin: r.get(9)?,
-                deliveries: Vec::new(),
-            },
-            r.get::<Option<String>>(10)?,
-        ))
-    })
-    .with_context(|| format!("reading events from {}", inbox.name()))?
-    .into_iter()
-    .map(|(mut e, deliveries)| {
-        // Built by the database's JSON functions just above, so it parses; an empty
-        // list when there is nothing.
-        e.deliveries = match deliveries {
-            Some(json) => serde_json::from_str(&json)
-                .with_context(|| format!("reading the deliveries of event {}", e.id))?,
-            None => Vec::new(),
-        };
-        Ok(e)
-    })
-    .collect()
 }
 
 /// `--follow`: the newest page, oldest first, then every new event as it is committed, until
@@ -309,7 +193,14 @@ fn read(db: Db, inbox: &Inbox, sql: &str, params: Vec<Value>) -> anyhow::Result<
 /// fails with a broken pipe, which `cli` takes as the reader's choice, not a failure).
 ///
 /// Each event is looked at once, when its id first appears (see [`Cursor`]).
-fn follow(db: Db, inbox: &Inbox, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
+fn follow(
+    conn: &crate::store::Open,
+    inbox: &Location,
+    args: &Args,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let db = conn.db();
+    let reading = || format!("reading events from {}", inbox.name());
     // Only for the signals: the reads run outside it, since a PostgreSQL connection blocks
     // on its own runtime.
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -325,14 +216,16 @@ fn follow(db: Db, inbox: &Inbox, args: &Args, out: &mut impl Write) -> anyhow::R
         ))
     })?;
     let mut rows = Rows::default();
-    let seen = newest_id(db, inbox)?;
+    let filter = filter(args);
+    let seen = db.newest_event_id().with_context(reading)?;
     // The ids looked at before the page is read: an event that commits between the two
     // (replicas commit out of order) is then either on the page or printed as new.
-    let mut cursor = Cursor::start(db, seen)?;
-    let (mut sql, mut params) = filtered(db, args)?;
-    sql.push_str(" AND v.id <= ? ORDER BY v.id DESC LIMIT ?");
-    params.extend([Value::Integer(seen), Value::Integer(i64::from(args.limit))]);
-    let mut page = read(db, inbox, &sql, params)?;
+    let mut cursor = Follow::start(db, seen)?;
+    let range = Range::UpTo {
+        id: seen,
+        limit: i64::from(args.limit),
+    };
+    let mut page = db.events(&filter, &range).with_context(reading)?;
     page.reverse();
     cursor.looked_at(page.iter().map(|e| e.id));
     if !args.json {
@@ -359,21 +252,8 @@ fn follow(db: Db, inbox: &Inbox, args: &Args, out: &mut impl Write) -> anyhow::R
             return Ok(());
         }
         // A burst is read in pages, each a short statement.
-        for range in cursor.new_ids(db, inbox)? {
-            let (mut sql, mut params) = filtered(db, args)?;
-            match range {
-                New::Above(seen, upto) => {
-                    sql.push_str(" AND v.id > ? AND v.id <= ?");
-                    params.extend([Value::Integer(seen), Value::Integer(upto)]);
-                }
-                New::These(ids) => {
-                    let marks = vec!["?"; ids.len()].join(", ");
-                    sql.push_str(&format!(" AND v.id IN ({marks})"));
-                    params.extend(ids.into_iter().map(Value::Integer));
-                }
-            }
-            sql.push_str(" ORDER BY v.id");
-            for e in read(db, inbox, &sql, params)? {
+        for range in cursor.new_events(db).with_context(reading)? {
+            for e in db.events(&filter, &range).with_context(reading)? {
                 print_followed(&e, args.json, &mut rows, out)?;
             }
         }
@@ -396,126 +276,8 @@ fn stdout_closed() -> bool {
             .is_some_and(|r| r.intersects(PollFlags::POLLERR | PollFlags::POLLHUP))
 }
 
-/// Which events `--follow` has not looked at yet.
-enum Cursor {
-    /// SQLite: ids only grow, since the one writer inserts them in commit order, so "above
-    /// the last id seen" is exactly "new". (Retention deleting the newest row could let its
-    /// id be used again, which this would not see; it deletes only events older than
-    /// `keep_identity`, so only after an inbox had no new event for that long.)
-    Last(i64),
-    /// PostgreSQL: replicas take ids from one sequence as they insert, and their
-    /// transactions commit in another order, so an id below the highest seen can still
-    /// appear, until every transaction that took one has ended: a batch commits within
-    /// [`crate::store::pg::BATCH_TIMEOUT`] or is rolled back. So the ids above `settled`
-    /// that were looked at are remembered, and `settled` moves up to the highest id seen
-    /// [`LOOK_BACK`] ago.
-    Window {
-        settled: i64,
-        looked: std::collections::BTreeSet<i64>,
-        marks: std::collections::VecDeque<(std::time::Instant, i64)>,
-    },
-}
-
-/// Past this, no transaction that took an id then is still open (twice the batch timeout).
-const LOOK_BACK: std::time::Duration =
-    std::time::Duration::from_secs(2 * crate::store::pg::BATCH_TIMEOUT.as_secs());
-
-/// New events to read: a range of ids, or these ids.
-enum New {
-    Above(i64, i64),
-    These(Vec<i64>),
-}
-
-impl Cursor {
-    /// After the first page, which showed the events up to `seen`.
-    fn start(db: Db, seen: i64) -> anyhow::Result<Cursor> {
-        Ok(match db.dialect() {
-            Dialect::Sqlite => Cursor::Last(seen),
-            Dialect::Postgres => {
-                // Events committed before the start are taken as looked at; ids just below
-                // `seen` may still be in flight, so the window starts a page of ids back.
-                let settled = seen.saturating_sub(MAX_LIMIT).max(0);
-                let looked = db.rows(
-                    "SELECT id FROM events WHERE id > ? AND id <= ?",
-                    &[&settled, &seen],
-                    |r| r.get(0),
-                )?;
-                Cursor::Window {
-                    settled,
-                    looked: looked.into_iter().collect(),
-                    marks: [(std::time::Instant::now(), seen)].into(),
-                }
-            }
-        })
-    }
-
-    /// Events already printed (the first page).
-    fn looked_at(&mut self, ids: impl Iterator<Item = i64>) {
-        if let Cursor::Window {
-            settled, looked, ..
-        } = self
-        {
-            looked.extend(ids.filter(|id| id > settled));
-        }
-    }
-
-    fn new_ids(&mut self, db: Db, inbox: &Inbox) -> anyhow::Result<Vec<New>> {
-        match self {
-            Cursor::Last(seen) => {
-                let newest = newest_id(db, inbox)?;
-                // Retention deleted every event since the last look (row ids are reused
-                // once the newest row is gone): count on from what is there now.
-                if newest < *seen {
-                    *seen = newest;
-                }
-                let mut ranges = Vec::new();
-                while *seen < newest {
-                    let upto = newest.min(seen.saturating_add(MAX_LIMIT));
-                    ranges.push(New::Above(*seen, upto));
-                    *seen = upto;
-                }
-                Ok(ranges)
-            }
-            Cursor::Window {
-                settled,
-                looked,
-                marks,
-            } => {
-                let ids: Vec<i64> = db
-                    .rows(
-                        "SELECT id FROM events WHERE id > ? ORDER BY id",
-                        &[&*settled],
-                        |r| r.get(0),
-                    )
-                    .with_context(|| format!("reading events from {}", inbox.name()))?;
-                let new: Vec<i64> = ids.into_iter().filter(|id| !looked.contains(id)).collect();
-                looked.extend(&new);
-                let highest = looked.last().copied().unwrap_or(*settled);
-                marks.push_back((std::time::Instant::now(), highest));
-                while let Some(&(at, id)) = marks.front()
-                    && at.elapsed() > LOOK_BACK
-                {
-                    *settled = (*settled).max(id);
-                    marks.pop_front();
-                }
-                *looked = looked.split_off(&(*settled + 1));
-                Ok(new
-                    .chunks(crate::store::replay::CHUNK)
-                    .map(|c| New::These(c.to_vec()))
-                    .collect())
-            }
-        }
-    }
-}
-
-/// The highest event id in the inbox, 0 when it has none.
-fn newest_id(db: Db, inbox: &Inbox) -> anyhow::Result<i64> {
-    db.value("SELECT coalesce(max(id), 0) FROM events", &[])
-        .with_context(|| format!("reading events from {}", inbox.name()))
-}
-
 fn print_followed(
-    e: &Event,
+    e: &EventRow,
     json: bool,
     rows: &mut Rows,
     out: &mut impl Write,

@@ -9,8 +9,8 @@ use serde::Serialize;
 
 use crate::clock;
 use crate::recover::watch::HEARTBEAT;
+use crate::store::Location;
 use crate::store::gaps;
-use crate::store::sql::Inbox;
 use crate::terminal::Table;
 
 #[derive(Debug, clap::Args)]
@@ -47,7 +47,7 @@ struct Open {
     why: String,
 }
 
-pub fn run(inbox: &Inbox, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
+pub fn run(inbox: &Location, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
     let since = clock::parse_time_arg(&args.since).map_err(|e| anyhow::anyhow!("--since: {e}"))?;
     let conn = inbox.read()?;
     let listed = gaps::list(conn.db(), &since, args.source.as_deref())

@@ -9,7 +9,8 @@ use std::io::Write;
 use serde::Serialize;
 
 use crate::config::Offline;
-use crate::store::sql::{Db, Inbox};
+use crate::store::Db;
+use crate::store::Location;
 use crate::terminal::escape;
 use crate::{clock, store};
 
@@ -50,7 +51,7 @@ struct Report {
 
 /// Pauses (`pause`) or resumes the target `args` names; `by` is who pauses it.
 pub fn run(
-    inbox: &Inbox,
+    inbox: &Location,
     config: Option<&Offline>,
     pause: bool,
     args: &Args,
@@ -68,11 +69,7 @@ pub fn run(
             .into_iter()
             .find(|p| p.source == source && p.target == target);
         let changed = store::pause::set(tx, &source, &target, pause, &by, &now)?;
-        let pending: i64 = tx.value(
-            "SELECT count(*) FROM deliveries
-              WHERE source = ?1 AND target = ?2 AND state = 'pending'",
-            &[&source, &target],
-        )?;
+        let pending = tx.pending_count(&source, &target)?;
         anyhow::Ok((before, changed, pending))
     })?;
     let (paused_at, paused_by) = match (&before, changed && pause) {
@@ -142,11 +139,7 @@ fn known_target(
             "the configured",
         ),
         None => (
-            db.rows(
-                "SELECT DISTINCT source, target FROM deliveries ORDER BY 1, 2",
-                &[],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )?,
+            db.delivery_targets()?,
             "in the inbox".to_owned(),
             "the inbox's",
         ),

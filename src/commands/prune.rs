@@ -4,17 +4,14 @@
 //! On a terminal it shows its progress on stderr; piped, it prints only its report.
 
 use std::io::Write;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use anyhow::Context as _;
 use serde::Serialize;
 
-use crate::config::PgStore;
-use crate::store;
-use crate::store::retention::{self, Pruned, Rule};
-use crate::store::sql::{Db, Inbox, PgConn};
+use crate::store::Location;
+use crate::store::retention::{Pruned, Rule, Walk};
 use crate::terminal::Progress;
 
 #[derive(Debug, clap::Args)]
@@ -42,51 +39,68 @@ enum Space {
     Postgres,
 }
 
-pub fn run(inbox: &Inbox, rules: &[Rule], args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
-    let (rows, space) = match inbox {
-        Inbox::Sqlite(db) => sqlite(db, rules, args)?,
-        Inbox::Postgres(store) => postgres(store, rules, args)?,
+pub fn run(
+    inbox: &Location,
+    rules: &[Rule],
+    args: &Args,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let now = SystemTime::now();
+    let (rows, space) = if args.dry_run {
+        count(inbox, rules, now)?
+    } else {
+        prune(inbox, rules, now)?
     };
     report(&rows, &space, args, out)
 }
 
-/// On a PostgreSQL inbox: the dry run counts with the same SQL as SQLite's; the prune runs
-/// serve's own (a PostgreSQL inbox's batcher, here for this command alone).
-fn postgres(store: &PgStore, rules: &[Rule], args: &Args) -> anyhow::Result<(Vec<Row>, Space)> {
-    let now = SystemTime::now();
+/// The dry run: what each rule would remove, counted in full on a connection of its own.
+fn count(inbox: &Location, rules: &[Rule], now: SystemTime) -> anyhow::Result<(Vec<Row>, Space)> {
+    let conn = inbox.write()?;
     let mut rows = Vec::with_capacity(rules.len());
-    if args.dry_run {
-        let conn =
-            PgConn::open(store).with_context(|| format!("opening the inbox {}", store.url))?;
-        let mut progress = Progress::new("counting, sources", u64::try_from(rules.len()).ok());
-        for (i, rule) in rules.iter().enumerate() {
-            rows.push(Row {
-                source: rule.source.clone(),
-                pruned: retention::count(Db::Postgres(&conn), rule, now)?,
-            });
-            progress.set(i as u64 + 1);
-        }
-        progress.finish();
-        return Ok((rows, Space::Postgres));
+    let mut progress = Progress::new("counting, sources", u64::try_from(rules.len()).ok());
+    for (i, rule) in rules.iter().enumerate() {
+        rows.push(Row {
+            source: rule.source.clone(),
+            pruned: conn.db().prune_count(rule, now)?,
+        });
+        progress.set(i as u64 + 1);
     }
+    progress.finish();
+    let space = match conn.db().pages()? {
+        Some(pages) => Space::Sqlite(0, pages.free, pages.all),
+        None => Space::Postgres,
+    };
+    Ok((rows, space))
+}
+
+/// The prune itself, through the same store as serve's (on SQLite a writer of this
+/// command's own, on PostgreSQL batchers that skip the rows a replica holds), chunk by
+/// chunk; then, on SQLite, the freed pages go back to the file system a step at a time.
+fn prune(inbox: &Location, rules: &[Rule], now: SystemTime) -> anyhow::Result<(Vec<Row>, Space)> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .context("starting the runtime for PostgreSQL")?;
+        .context("starting the async runtime")?;
     runtime.block_on(async {
-        let inbox = store::pg::Inbox::for_command(store, Arc::new(crate::metrics::Metrics::new()))
-            .await
-            .with_context(|| format!("opening the inbox {}", store.url))?;
+        let (store, _held) = inbox
+            .for_command(Arc::new(crate::metrics::Metrics::new()))
+            .await?;
+        let mut rows = Vec::with_capacity(rules.len());
+        // On a terminal, a line of progress on stderr: rows removed so far (a total would
+        // cost a dry run first), then the pages given back out of those there are to give.
         let mut progress = Progress::new("pruning, rows removed", None);
         let mut removed = 0;
         for rule in rules {
             let mut total = Pruned::default();
+            let mut walk = Walk::default();
             loop {
-                let done = inbox.prune(rule.clone()).await?;
+                let (done, next) = store.prune_chunk(rule.clone(), now, walk).await?;
+                walk = next;
                 total.add(done);
                 removed += u64::try_from(done.total()).unwrap_or(0);
                 progress.set(removed);
-                if done.total() == 0 {
+                if done.total() == 0 && walk.caught_up {
                     break;
                 }
             }
@@ -96,61 +110,15 @@ fn postgres(store: &PgStore, rules: &[Rule], args: &Args) -> anyhow::Result<(Vec
             });
         }
         progress.finish();
-        anyhow::Ok(())
-    })?;
-    Ok((rows, Space::Postgres))
-}
-
-fn sqlite(db: &Path, rules: &[Rule], args: &Args) -> anyhow::Result<(Vec<Row>, Space)> {
-    let mut conn =
-        store::open_current(db).with_context(|| format!("opening the inbox {}", db.display()))?;
-    let now = SystemTime::now();
-    let mut rows = Vec::with_capacity(rules.len());
-    // On a terminal, a line of progress on stderr: rows removed so far (a total would cost
-    // a dry run first), then the pages given back out of those there are to give.
-    let mut progress = if args.dry_run {
-        Progress::new("counting, sources", u64::try_from(rules.len()).ok())
-    } else {
-        Progress::new("pruning, rows removed", None)
-    };
-    let mut removed = 0;
-    for (i, rule) in rules.iter().enumerate() {
-        let pruned = if args.dry_run {
-            let would = retention::count(Db::Sqlite(&conn), rule, now)?;
-            progress.set(i as u64 + 1);
-            would
-        } else {
-            let mut total = Pruned::default();
-            let mut walk = retention::Walk::default();
-            loop {
-                let tx =
-                    conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-                let done = retention::prune_chunk(&tx, rule, now, &mut walk)?;
-                tx.commit()?;
-                total.add(done);
-                removed += u64::try_from(done.total()).unwrap_or(0);
-                progress.set(removed);
-                if done.total() == 0 && walk.caught_up {
-                    break total;
-                }
-            }
+        let pages = || store.read(|db| Ok(db.pages()?));
+        let Some(before) = pages().await? else {
+            return Ok((rows, Space::Postgres));
         };
-        rows.push(Row {
-            source: rule.source.clone(),
-            pruned,
-        });
-    }
-    progress.finish();
-    // The freed pages go back to the file system, one short transaction per step.
-    let mut released = 0;
-    if !args.dry_run {
-        let (free, _) = store::page_counts(&conn)?;
-        let to_release = u64::try_from(free - store::FREE_PAGE_RESERVE).unwrap_or(0);
+        let mut released = 0;
+        let to_release = u64::try_from(before.releasable).unwrap_or(0);
         let mut progress = Progress::new("giving free pages back", Some(to_release));
         loop {
-            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-            let n = store::release_free_pages(&tx)?;
-            tx.commit()?;
+            let n = store.release_free_pages().await?;
             released += n;
             // A release also drops the pointer-map pages that tracked the freed ones, so it
             // can count a little past the free list.
@@ -160,9 +128,9 @@ fn sqlite(db: &Path, rules: &[Rule], args: &Args) -> anyhow::Result<(Vec<Row>, S
             }
         }
         progress.finish();
-    }
-    let (free, pages) = store::page_counts(&conn)?;
-    Ok((rows, Space::Sqlite(released, free, pages)))
+        let after = pages().await?.unwrap_or(before);
+        Ok((rows, Space::Sqlite(released, after.free, after.all)))
+    })
 }
 
 fn report(rows: &[Row], space: &Space, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {

@@ -15,7 +15,7 @@ use serde::Serialize;
 use crate::clock;
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::recover::{self, Inbox, Item, Plan, Window};
+use crate::recover::{self, Item, Plan, Window};
 use crate::store;
 use crate::terminal::{Progress, Table};
 
@@ -50,7 +50,7 @@ struct Report {
 
 pub fn run(
     config: Config,
-    place: &store::sql::Inbox,
+    place: &store::Location,
     args: &Args,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
@@ -104,20 +104,9 @@ pub fn run(
         .context("starting the async runtime")?;
     let _ = rustls::crypto::ring::default_provider().install_default();
     runtime.block_on(async {
-        // A SQLite file in short transactions of its own; a PostgreSQL inbox through a
-        // store as a replica's (its batchers, here for this command alone).
-        let inbox = match place {
-            store::sql::Inbox::Sqlite(db) => {
-                let conn = store::open_current(db)
-                    .with_context(|| format!("opening the inbox {}", db.display()))?;
-                Inbox::Direct(Arc::new(Mutex::new(conn)))
-            }
-            store::sql::Inbox::Postgres(pg) => Inbox::Store(store::Store::Postgres(
-                store::pg::Inbox::for_command(pg, metrics.clone())
-                    .await
-                    .with_context(|| format!("opening the inbox {}", pg.url))?,
-            )),
-        };
+        // Serve's store, here for this command alone: on SQLite a writer of its own beside
+        // a running serve, on PostgreSQL batchers as a replica's.
+        let (inbox, _held) = place.for_command(metrics.clone()).await?;
         let api = recover::api_for(&source, metrics.clone())?;
         let plan = recover::plan(api.as_ref(), &source, window, &inbox)
             .await
@@ -165,7 +154,7 @@ pub fn run(
                 clock::iso_from_unix(window.until),
             );
             inbox
-                .run(move |db, now| {
+                .change(move |db, now| {
                     let ids: Vec<i64> = store::gaps::list(db, &from, Some(&name))?
                         .into_iter()
                         .filter(|g| g.started_at >= from && g.ended_at <= until)

@@ -17,7 +17,7 @@ use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
 use crate::clock;
-use crate::store::lock;
+use crate::store::sqlite::lock;
 
 /// How often the answer is looked for.
 const POLL: Duration = Duration::from_millis(50);
@@ -122,7 +122,7 @@ pub fn run(
     let db = db.as_path();
     let pid = match args.pid {
         Some(pid) => pid,
-        None => serving_pid(db)?,
+        None => lock::holder(db)?,
     };
     // The count before, from this very process: a file left by an earlier serve counts
     // as none.
@@ -161,33 +161,4 @@ fn signal(pid: i32) -> anyhow::Result<()> {
         nix::sys::signal::Signal::SIGHUP,
     )
     .with_context(|| format!("sending SIGHUP to PID {pid}"))
-}
-
-/// The PID of the `serve` that holds the inbox's lock, or an error saying none does.
-fn serving_pid(db: &Path) -> anyhow::Result<i32> {
-    let lock_path = lock::path_for(db);
-    let none = || {
-        anyhow::anyhow!(
-            "no hookinbox serve is running on the inbox {} (nobody holds {}); start it \
-             instead",
-            db.display(),
-            lock_path.display()
-        )
-    };
-    let file = std::fs::File::open(&lock_path).map_err(|_| none())?;
-    // A shared lock is refused only while a serve holds its exclusive one.
-    match file.try_lock_shared() {
-        Ok(()) => return Err(none()),
-        Err(std::fs::TryLockError::WouldBlock) => {}
-        Err(std::fs::TryLockError::Error(e)) => {
-            return Err(e).with_context(|| format!("reading {}", lock_path.display()));
-        }
-    }
-    let text = std::fs::read_to_string(&lock_path)
-        .with_context(|| format!("reading {}", lock_path.display()))?;
-    text.trim()
-        .parse::<i32>()
-        .ok()
-        .filter(|pid| *pid > 0)
-        .with_context(|| format!("{} does not hold a PID yet; try again", lock_path.display()))
 }

@@ -14,8 +14,9 @@ use std::io::Write;
 use serde::Serialize;
 
 use crate::config::Offline;
+use crate::store::Db;
+use crate::store::Location;
 use crate::store::replay::{CHUNK, Filter, Listed};
-use crate::store::sql::{Db, Inbox};
 use crate::terminal::{Progress, Table};
 use crate::{clock, store};
 
@@ -113,7 +114,7 @@ struct Report {
 }
 
 pub fn run(
-    inbox: &Inbox,
+    inbox: &Location,
     config: Option<&Offline>,
     args: &Args,
     out: &mut impl Write,
@@ -257,11 +258,7 @@ fn known_names(db: Db, config: Option<&Offline>, args: &Args) -> anyhow::Result<
             .iter()
             .flat_map(|s| s.targets.iter().map(|t| (s.name.clone(), t.clone())))
             .collect(),
-        None => db.rows(
-            "SELECT DISTINCT source, target FROM deliveries ORDER BY 1, 2",
-            &[],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )?,
+        None => db.delivery_targets()?,
     };
     let sources: Vec<&str> = match config {
         Some(c) => c.sources.iter().map(|s| s.name.as_str()).collect(),
@@ -321,10 +318,7 @@ fn filter(db: Db, args: &Args) -> anyhow::Result<Filter> {
         .map(|event| super::show::resolve(db, event, args.source.as_deref()))
         .transpose()?;
     for id in &args.delivery {
-        let exists = db
-            .row("SELECT 1 FROM deliveries WHERE id = ?1", &[id], |_| Ok(()))?
-            .is_some();
-        if !exists {
+        if !db.has_delivery(*id)? {
             return Err(super::NotFound(format!(
                 "no delivery {id} in the inbox (the DELIVERY column of `hookinbox dead`, \
                  or `delivery N` in `hookinbox show`)"

@@ -21,13 +21,12 @@ use tokio::task::JoinHandle;
 
 use super::reload;
 use crate::admin::Admin;
-use crate::config::{self, Backend, Config, Source};
+use crate::config::{self, Config, Source};
 use crate::deliver::{self, Deliverer};
 use crate::metrics::Metrics;
 use crate::receive::listener::{self, Limits};
 use crate::receive::tls;
 use crate::receive::{BodyBudget, Receiver};
-use crate::store::writer::Writer;
 use crate::store::{self, Store, retention};
 
 /// Marks dead the pending deliveries of targets no longer configured (see
@@ -263,66 +262,21 @@ impl Running {
     }
 }
 
-/// The SQLite inbox's parts that `serve` holds besides its [`Store`].
-struct Sqlite {
-    writer: Writer,
-    readers: store::read::Pool,
-    thread: std::thread::JoinHandle<()>,
-    lock: store::lock::InboxLock,
-}
-
-/// Opens the SQLite inbox: its lock first (a second serve must not even migrate it), then
-/// the writer, which creates and migrates it.
-fn open_sqlite(config: &Config, metrics: &Arc<Metrics>) -> anyhow::Result<Sqlite> {
-    let store_path = config.store.path.clone();
-    if let Some(dir) = store_path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("creating the inbox directory {}", dir.display()))?;
-    }
-    let lock = store::lock::InboxLock::acquire(&store_path)?;
-    // Opening migrates, which may rewrite a large inbox once (minutes for many GiB): long
-    // past systemd's start timeout, which would kill it and start the rewrite again, forever.
-    let opening = extend_start_timeout();
-    let opened = Writer::start(
-        store_path.clone(),
-        config.store.synchronous,
-        metrics.clone(),
-    );
-    drop(opening);
-    let (writer, thread) =
-        opened.with_context(|| format!("opening the inbox {}", store_path.display()))?;
-    Ok(Sqlite {
-        writer,
-        readers: store::read::pool(&store_path),
-        thread,
-        lock,
-    })
-}
-
 /// Opens the inbox, binds both listeners and starts serving.
 pub async fn start(config: Config) -> anyhow::Result<Running> {
     // reqwest is built without a default crypto provider so that only ring is in the tree;
     // this installs it (a second call, as in tests, finds it installed).
     let _ = rustls::crypto::ring::default_provider().install_default();
     let metrics = Arc::new(Metrics::new());
-    let store_path = config.store.path.clone();
-    // The store, the SQLite parts serve holds besides it, and the inbox as the log names it.
-    let (store, sqlite, inbox_name) = match &config.store.backend {
-        Backend::Sqlite => {
-            let sqlite = open_sqlite(&config, &metrics)?;
-            let store = Store::Sqlite {
-                writer: sqlite.writer.clone(),
-                readers: sqlite.readers.clone(),
-            };
-            (store, Some(sqlite), store_path.display().to_string())
-        }
-        Backend::Postgres(pg) => {
-            let inbox = store::pg::Inbox::start(pg, metrics.clone())
-                .await
-                .with_context(|| format!("opening the PostgreSQL inbox at {}", pg.url))?;
-            (Store::Postgres(inbox), None, pg.url.clone())
-        }
-    };
+    let location = store::Location::of(&config.store);
+    // Opening migrates, which may rewrite a large SQLite inbox once (minutes for many GiB):
+    // long past systemd's start timeout, which would kill it and start the rewrite again,
+    // forever.
+    let opening = extend_start_timeout();
+    let opened = location.serve(metrics.clone()).await;
+    drop(opening);
+    let (store, held) = opened?;
+    let inbox_name = location.name();
 
     let public = TcpListener::bind(config.server.listen)
         .await
@@ -471,16 +425,11 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         metrics: metrics.clone(),
         web: web.clone(),
         store: store.clone(),
-        inbox: sqlite.is_some().then(|| store_path.clone()),
         delivery: delivery_health,
         budget,
         settled_counted: Default::default(),
     });
     let source_count = sources.len();
-    let (sqlite_thread, inbox_lock) = match sqlite {
-        Some(sq) => (Some(sq.thread), Some(sq.lock)),
-        None => (None, None),
-    };
 
     let (receiver_task, deliverer_task) = (receiver.clone(), deliverer.clone());
     let (stop, stopped) = oneshot::channel::<()>();
@@ -527,19 +476,8 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         // past the drain keeps a handle alive; it is bounded by the body timeout and the
         // commit wait, and so is this. (On PostgreSQL every answered event is committed
         // already; the batchers end with their last handle.)
-        if let Some(thread) = sqlite_thread {
-            let flushed = tokio::task::spawn_blocking(move || thread.join());
-            match tokio::time::timeout(WRITER_FLUSH_TIMEOUT, flushed).await {
-                Ok(_) => tracing::info!("stopped; the inbox is closed"),
-                Err(_) => tracing::warn!(
-                    "stopped without waiting longer for the writer; every acknowledged event is already committed"
-                ),
-            }
-        } else {
-            tracing::info!("stopped");
-        }
-        // Only now may another serve open the inbox.
-        drop(inbox_lock);
+        // Only then may another serve open the inbox.
+        held.close(WRITER_FLUSH_TIMEOUT).await;
     });
     tracing::info!(public = %public_addr, admin = %admin_addr, inbox = %inbox_name,
         sources = source_count, "listening");

@@ -9,12 +9,10 @@ use std::fmt::Display;
 use std::io::Write;
 
 use anyhow::Context as _;
-use base64::Engine as _;
-use serde::Serialize;
 
 use super::NotFound;
-use crate::store;
-use crate::store::sql::{Db, Inbox};
+use crate::store::views::event::{EventDetail, MAX_MATCHES};
+use crate::store::{Db, Location};
 use crate::terminal::{escape, escape_block};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -42,76 +40,17 @@ pub struct Args {
     pub terminal: bool,
 }
 
-/// Events listed in the error for an ambiguous provider id before "…": enough to see which
-/// sources and accounts are involved.
-const MAX_AMBIGUOUS_LISTED: i64 = 20;
+/// Events listed in the error for an ambiguous provider id before "…".
+const MAX_AMBIGUOUS_LISTED: i64 = MAX_MATCHES;
 
-/// The JSON output, and what the text output prints.
-#[derive(Debug, Serialize)]
-pub(crate) struct Shown {
-    pub(crate) id: i64,
-    pub(crate) source: String,
-    pub(crate) account: String,
-    pub(crate) event_id: String,
-    pub(crate) event_type: Option<String>,
-    pub(crate) size: i64,
-    pub(crate) sha256: String,
-    pub(crate) received_at: String,
-    pub(crate) provider_time: Option<String>,
-    /// `webhook` (signed, received) or `api` (fetched by `recover` from the provider's API).
-    pub(crate) origin: String,
-    /// True once retention dropped the body and headers.
-    pub(crate) pruned: bool,
-    pub(crate) pruned_at: Option<String>,
-    /// `[[name, value], …]` as stored (credentials removed at receipt); null once pruned.
-    pub(crate) headers: Option<serde_json::Value>,
-    /// The body as text when it is UTF-8, else base64 (see `body_encoding`); null once
-    /// pruned.
-    pub(crate) body: Option<String>,
-    /// "utf-8" or "base64"; null when there is no body.
-    pub(crate) body_encoding: Option<&'static str>,
-    pub(crate) deliveries: Vec<Delivery>,
-    #[serde(skip)]
-    pub(crate) raw_body: Option<Vec<u8>>,
-}
-
-#[derive(Debug, Serialize)]
-pub(crate) struct Delivery {
-    pub(crate) id: i64,
-    pub(crate) target: String,
-    pub(crate) state: String,
-    pub(crate) attempts: i64,
-    pub(crate) next_attempt_at: String,
-    pub(crate) lease_until: Option<String>,
-    pub(crate) last_error: Option<String>,
-    pub(crate) idempotency_key: String,
-    pub(crate) created_at: String,
-    pub(crate) updated_at: String,
-    /// While its target is paused (`hookinbox pause`): since when, and by whom; null when
-    /// it is not.
-    pub(crate) paused_since: Option<String>,
-    pub(crate) paused_by: Option<String>,
-    /// Every attempt, oldest first (`attempts` is their count, kept in the delivery row).
-    pub(crate) history: Vec<Attempt>,
-}
-
-#[derive(Debug, Serialize)]
-pub(crate) struct Attempt {
-    pub(crate) number: i64,
-    pub(crate) started_at: String,
-    pub(crate) outcome: String,
-    /// The HTTP status, or the command's exit code.
-    pub(crate) status: Option<i64>,
-    pub(crate) duration_ms: i64,
-    pub(crate) error: Option<String>,
-    pub(crate) output: Option<String>,
-}
-
-pub fn run(inbox: &Inbox, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
+pub fn run(inbox: &Location, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
     let conn = inbox.read()?;
     let id = resolve(conn.db(), &args.id, args.source.as_deref())?;
-    let shown =
-        load(conn.db(), id).with_context(|| format!("reading event {id} from {}", inbox.name()))?;
+    let shown = conn
+        .db()
+        .event(id)
+        .with_context(|| format!("reading event {id} from {}", inbox.name()))?
+        .ok_or_else(|| NotFound(format!("no event {id} in the inbox")))?;
     drop(conn);
 
     if args.json {
@@ -138,21 +77,11 @@ pub fn resolve(db: Db, id: &str, source: Option<&str>) -> anyhow::Result<i64> {
     if source.is_none()
         && digits
         && let Ok(row) = id.parse::<i64>()
-        && db
-            .row("SELECT 1 FROM events WHERE id = ?1", &[&row], |_| Ok(()))?
-            .is_some()
+        && db.has_event(row)?
     {
         return Ok(row);
     }
-    // No index on event_id alone (the unique index leads with source): without --source
-    // this scans the events table, which is fine for an operator's one-off command.
-    let matches: Vec<(i64, String, String)> = db.rows(
-        "SELECT id, source, account FROM events
-          WHERE event_id = ?1 AND (CAST(?2 AS TEXT) IS NULL OR source = ?2)
-          ORDER BY id LIMIT ?3",
-        &[&id, &source, &(MAX_AMBIGUOUS_LISTED + 1)],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-    )?;
+    let matches = db.events_with_id(id, source)?;
     match matches.as_slice() {
         [] => {
             let place = match source {
@@ -198,122 +127,7 @@ pub fn resolve(db: Db, id: &str, source: Option<&str>) -> anyhow::Result<i64> {
     }
 }
 
-/// Reads the event, its deliveries, the paused targets and the attempts. Short queries, not one
-/// transaction (reads never hold one open): an attempt that lands between them can show in
-/// a delivery's history before its `attempts` count; the next `show` agrees again.
-pub(crate) fn load(db: Db, id: i64) -> anyhow::Result<Shown> {
-    let Some(mut shown) = db.row(
-        "SELECT e.id, e.source, e.account, e.event_id, e.event_type, e.size, e.sha256,
-                e.received_at, e.provider_time, e.pruned_at, p.headers, p.body, e.origin
-           FROM events e LEFT JOIN payloads p ON p.event = e.id WHERE e.id = ?1",
-        &[&id],
-        |r| {
-            // TEXT when the body was UTF-8, BLOB otherwise, NULL once pruned: the bytes
-            // either way.
-            let raw_body = r.get_ref(11)?.as_bytes_or_null()?.map(<[u8]>::to_vec);
-            let headers: Option<String> = r.get(10)?;
-            Ok(Shown {
-                id: r.get(0)?,
-                source: r.get(1)?,
-                account: r.get(2)?,
-                event_id: r.get(3)?,
-                event_type: r.get(4)?,
-                size: r.get(5)?,
-                sha256: r.get(6)?,
-                received_at: r.get(7)?,
-                provider_time: r.get(8)?,
-                origin: r.get(12)?,
-                pruned: raw_body.is_none(),
-                pruned_at: r.get(9)?,
-                // Written by hookinbox as JSON; anything else is shown as the text it is.
-                headers: headers
-                    .map(|h| serde_json::from_str(&h).unwrap_or(serde_json::Value::String(h))),
-                body: None,
-                body_encoding: None,
-                deliveries: Vec::new(),
-                raw_body,
-            })
-        },
-    )?
-    else {
-        return Err(NotFound(format!("no event {id} in the inbox")).into());
-    };
-    (shown.body, shown.body_encoding) = match &shown.raw_body {
-        None => (None, None),
-        Some(b) => match std::str::from_utf8(b) {
-            Ok(text) => (Some(text.to_owned()), Some("utf-8")),
-            Err(_) => (
-                Some(base64::engine::general_purpose::STANDARD.encode(b)),
-                Some("base64"),
-            ),
-        },
-    };
-
-    shown.deliveries = db.rows(
-        "SELECT id, target, state, attempts, next_attempt_at, lease_until, last_error,
-                idempotency_key, created_at, updated_at
-           FROM deliveries WHERE event = ?1 ORDER BY id",
-        &[&id],
-        |r| {
-            Ok(Delivery {
-                id: r.get(0)?,
-                target: r.get(1)?,
-                state: r.get(2)?,
-                attempts: r.get(3)?,
-                next_attempt_at: r.get(4)?,
-                lease_until: r.get(5)?,
-                last_error: r.get(6)?,
-                idempotency_key: r.get(7)?,
-                created_at: r.get(8)?,
-                updated_at: r.get(9)?,
-                paused_since: None,
-                paused_by: None,
-                history: Vec::new(),
-            })
-        },
-    )?;
-    let paused = store::pause::all(db)?;
-    for d in &mut shown.deliveries {
-        if let Some(p) = paused
-            .iter()
-            .find(|p| p.source == shown.source && p.target == d.target)
-        {
-            d.paused_since = Some(p.paused_at.clone());
-            d.paused_by = Some(p.paused_by.clone());
-        }
-    }
-
-    let attempts = db.rows(
-        "SELECT a.delivery, a.number, a.started_at, a.outcome, a.status, a.duration_ms,
-                a.error, a.output
-           FROM attempts a JOIN deliveries d ON d.id = a.delivery
-          WHERE d.event = ?1 ORDER BY a.delivery, a.number, a.id",
-        &[&id],
-        |r| {
-            Ok((
-                r.get::<i64>(0)?,
-                Attempt {
-                    number: r.get(1)?,
-                    started_at: r.get(2)?,
-                    outcome: r.get(3)?,
-                    status: r.get(4)?,
-                    duration_ms: r.get(5)?,
-                    error: r.get(6)?,
-                    output: r.get(7)?,
-                },
-            ))
-        },
-    )?;
-    for (delivery, attempt) in attempts {
-        // A delivery inserted after the query above is not shown; its attempts neither.
-        if let Some(d) = shown.deliveries.iter_mut().find(|d| d.id == delivery) {
-            d.history.push(attempt);
-        }
-    }
-    Ok(shown)
-}
-
-fn pruned(shown: &Shown) -> NotFound {
+fn pruned(shown: &EventDetail) -> NotFound {
     NotFound(format!(
         "event {} has no body any more: it was pruned at {} (the source's keep_payload); \
          its identity and deliveries remain",
@@ -323,7 +137,7 @@ fn pruned(shown: &Shown) -> NotFound {
 }
 
 /// The text form: `label  value` lines, every provider-controlled value escaped.
-fn print(s: &Shown, with_body: bool, out: &mut impl Write) -> std::io::Result<()> {
+fn print(s: &EventDetail, with_body: bool, out: &mut impl Write) -> std::io::Result<()> {
     /// Where values start: after the deepest indent (4) and the longest label
     /// ("idempotency key" at 2), and a space.
     const VALUE_COLUMN: usize = 19;
@@ -466,9 +280,10 @@ fn print(s: &Shown, with_body: bool, out: &mut impl Write) -> std::io::Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::views::event::{AttemptDetail, DeliveryDetail};
 
-    fn event(body: Option<&[u8]>) -> Shown {
-        Shown {
+    fn event(body: Option<&[u8]>) -> EventDetail {
+        EventDetail {
             id: 7,
             source: "sw".into(),
             account: String::new(),
@@ -484,7 +299,7 @@ mod tests {
             headers: Some(serde_json::json!([["x-note", "a\u{1b}]0;title\u{7}"]])),
             body: None,
             body_encoding: None,
-            deliveries: vec![Delivery {
+            deliveries: vec![DeliveryDetail {
                 id: 1,
                 target: "app".into(),
                 state: "dead".into(),
@@ -497,7 +312,7 @@ mod tests {
                 updated_at: "2026-11-30T07:31:02.123Z".into(),
                 paused_since: Some("2026-11-30T07:40:00.000Z".into()),
                 paused_by: Some("eve\x1b[2J".into()),
-                history: vec![Attempt {
+                history: vec![AttemptDetail {
                     number: 1,
                     started_at: "2026-11-30T07:31:02.200Z".into(),
                     outcome: "dead".into(),
@@ -511,7 +326,7 @@ mod tests {
         }
     }
 
-    fn text(s: &Shown, with_body: bool) -> String {
+    fn text(s: &EventDetail, with_body: bool) -> String {
         let mut out = Vec::new();
         print(s, with_body, &mut out).unwrap();
         String::from_utf8(out).unwrap()

@@ -189,12 +189,10 @@ fn learnt_secret(
     store: &crate::config::Store,
     source: &str,
 ) -> anyhow::Result<Option<crate::secret::Secret>> {
-    use crate::store::sql::Inbox;
-    let inbox = match &store.backend {
-        crate::config::Backend::Postgres(pg) => Inbox::Postgres(pg.clone()),
-        crate::config::Backend::Sqlite if !store.path.exists() => return Ok(None),
-        crate::config::Backend::Sqlite => Inbox::Sqlite(store.path.clone()),
-    };
+    let inbox = crate::store::Location::of(store);
+    if inbox.missing() {
+        return Ok(None);
+    }
     let conn = inbox.read()?;
     let secret = crate::store::learnt::all(conn.db())?
         .into_iter()

@@ -27,10 +27,9 @@ use tokio::task::JoinSet;
 use crate::clock;
 use crate::config::{Rate, Source, Target, TargetKind};
 use crate::metrics::{AttemptLabels, Metrics, TargetLabels};
-use crate::store::Store;
-use crate::store::pause::Paused;
-use crate::store::queue::{ClaimRequest, Claimed, EventData, Finished, Next, Turn};
-use crate::store::writer::WriteError;
+use crate::store::{
+    ClaimRequest, Claimed, EventData, Finished, Next, Paused, Store, Turn, WriteError,
+};
 use pace::Pace;
 
 /// How long a target's task sleeps at most before looking for due work again, when nothing
@@ -724,7 +723,7 @@ fn recorded_metrics(
     t: &TargetRun,
     shared: &Shared,
     d: &Done,
-    recorded: Result<crate::store::queue::Recorded, WriteError>,
+    recorded: Result<crate::store::Recorded, WriteError>,
 ) {
     let labels = TargetLabels {
         source: t.source.clone(),

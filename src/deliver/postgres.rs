@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use super::{Attempt, Result_, Verdict};
 use crate::config::PostgresTarget;
-use crate::pg::{Connector, Shared, connection_lost};
+use crate::store::postgres::connect::{Connector, Shared, connection_lost};
 
 pub struct PgTarget {
     connector: Connector,
@@ -73,8 +73,8 @@ impl PgTarget {
         let headers = serde_json::to_string(a.headers).expect("strings always serialise");
         // PostgreSQL's text holds no NUL, which a provider's id or type may (JSON allows
         // \u0000): the event must stay deliverable whatever they say.
-        let event_type = a.event_type.map(crate::pg::text);
-        let event_id = crate::pg::text(a.event_id);
+        let event_type = a.event_type.map(crate::store::postgres::connect::text);
+        let event_id = crate::store::postgres::connect::text(a.event_id);
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
             &a.idempotency_key,
             &a.source,
@@ -135,7 +135,7 @@ fn insert_statement(table: &str) -> String {
 
 /// PostgreSQL's message, with where to find the table's DDL when it is missing.
 fn describe(e: &tokio_postgres::Error) -> String {
-    let mut s = crate::pg::describe(e);
+    let mut s = crate::store::postgres::connect::describe(e);
     if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) {
         s.push_str(" (create the table: docs/consuming.md has its DDL)");
     }

@@ -8,7 +8,7 @@ use hyper::header::{ALLOW, CONNECTION, CONTENT_TYPE, RETRY_AFTER};
 use hyper::http::{Method, StatusCode};
 
 use crate::scheme::{Handshake, Reject, Reply};
-use crate::store::writer::WriteError;
+use crate::store::WriteError;
 
 /// Seconds a provider is asked to wait after a 503.
 pub const RETRY_AFTER_SECS: &str = "5";

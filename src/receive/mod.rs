@@ -28,14 +28,14 @@ use hyper::header::CONTENT_LENGTH;
 use hyper::http::{HeaderMap, HeaderName};
 use hyper::{Request, Response};
 
-use crate::config::{self, Order, Source};
+use crate::config::{self, Source};
 use crate::metrics::Metrics;
 use crate::proxy::{self, Cidr};
 use crate::recover::watch::{SourceWatch, Watch};
 use crate::scheme::{Action, Input, Learnt, Reject, Verdict};
 use crate::secret::Secret;
 use crate::store::Store;
-use crate::store::ingest::{NewEvent, Origin, Stored};
+use crate::store::{Origin, Stored};
 use crate::{clock, store};
 pub use answer::Outcome;
 
@@ -245,9 +245,9 @@ impl Receiver {
             .store
             .change(move |db, now| store::learnt::learn(db, &name, &bytes, &remote, now))
             .await
-            .map_err(|e| match e.downcast::<store::writer::WriteError>() {
+            .map_err(|e| match e.downcast::<store::WriteError>() {
                 Ok(e) => e,
-                Err(e) => store::writer::WriteError::CommitFailed(format!("{e:#}")),
+                Err(e) => store::WriteError::CommitFailed(format!("{e:#}")),
             });
         match stored {
             Ok(true) => {
@@ -296,13 +296,7 @@ impl Receiver {
         let name = source.name.to_string();
         let stored = self
             .store
-            .read(move |db| {
-                Ok(db.row(
-                    "SELECT secret FROM learnt_secrets WHERE source = ?1",
-                    &[&name],
-                    |r| r.get::<Vec<u8>>(0),
-                )?)
-            })
+            .read(move |db| Ok(store::learnt::secret(db, &name)?))
             .await;
         let secret = match stored {
             Ok(Some(bytes)) => Secret::new(bytes),
@@ -429,7 +423,7 @@ impl Receiver {
         // A retry of an event committed in the last minute, with the same bytes: answered
         // from memory (see `recent`), before any of the event's row is built (its headers
         // as JSON, its deliveries' keys, its order key); anything else goes to the store.
-        let body = Hashed::new(body);
+        let body = crate::event::Hashed::new(body);
         let digest = *body.digest();
         let seen = recent::key(&source.name, &source.account, &event_id);
         let ttl = source.config.keep_identity / 2;
@@ -440,7 +434,7 @@ impl Receiver {
             return (Outcome::Duplicate(reply), Some(event_id));
         }
         let headers = headers_json(&parts.headers, scheme.verifier().secret_headers());
-        let mut event = new_event(
+        let mut event = crate::event::new_event(
             &source.config,
             (source.name.clone(), source.account.clone()),
             identity,
@@ -547,112 +541,6 @@ impl listener::Handler for Receiver {
     }
 }
 
-/// A body with its SHA-256, computed once: the receive path compares it with the recent
-/// identities before it builds the event. Only [`Hashed::new`] makes one, so the digest is
-/// always the body's.
-pub struct Hashed {
-    body: Bytes,
-    digest: recent::Digest,
-}
-
-impl Hashed {
-    pub fn new(body: Bytes) -> Hashed {
-        let digest = recent::digest(&body);
-        Hashed { body, digest }
-    }
-
-    pub fn digest(&self) -> &recent::Digest {
-        &self.digest
-    }
-}
-
-/// The event to store for `source` (its name and account as shared text): one delivery per
-/// target under its idempotency key, and the order key where ordering is on. The receive
-/// path and recovery build their events here, so that an event fetched from an API is
-/// keyed and ordered exactly as its webhook would have been.
-pub fn new_event(
-    source: &Source,
-    (name, account): (Arc<str>, Arc<str>),
-    identity: crate::scheme::Identity,
-    Hashed { body, digest }: Hashed,
-    headers: String,
-    remote_addr: String,
-    origin: Origin,
-) -> NewEvent {
-    let event_id = identity.event_id;
-    NewEvent {
-        sha256_hex: hex::encode(digest),
-        body_is_text: std::str::from_utf8(&body).is_ok(),
-        headers,
-        event_type: identity.event_type,
-        provider_time: identity.provider_time,
-        deliveries: source
-            .targets
-            .iter()
-            .map(|t| {
-                let key = store::idempotency_key(&name, &account, &event_id, &t.name);
-                (t.name.clone(), key)
-            })
-            .collect(),
-        order: source.order.as_ref().and_then(|order| {
-            let key = order_key(order, &body);
-            if key.is_none() {
-                tracing::warn!(source = %name, event_id, "ordering: no key or version \
-                    at the configured pointers; this event is delivered without ordering");
-            }
-            key
-        }),
-        source: name,
-        account,
-        event_id,
-        remote_addr,
-        origin,
-        bookkeeping: source.scheme.verifier().bookkeeping(),
-        body,
-        memory: None,
-    }
-}
-
-/// The order key and version of a body, when both are at their pointers. A key is text
-/// (a number keeps its exact text); a version is a number or text, compared as SQLite does.
-/// The longest order key stored as it is (see [`order_key`]).
-const MAX_ORDER_KEY_LEN: usize = 256;
-
-fn order_key(order: &Order, body: &[u8]) -> Option<(String, rusqlite::types::Value)> {
-    use crate::scheme::json::{self, Field};
-    use rusqlite::types::Value;
-    let key = match json::field(body, &order.key).ok()?? {
-        Field::Text(s) => s,
-        Field::Number(n) => n.to_owned(),
-        Field::Other => return None,
-    };
-    // A key is indexed: one far longer than an id stands for itself by its hash, as
-    // PostgreSQL's index entries cannot hold more than about 2.7 KB (equal keys still
-    // have equal hashes, so the order is the same).
-    let key = if key.len() > MAX_ORDER_KEY_LEN {
-        format!(
-            "sha256:{}",
-            hex::encode(ring::digest::digest(&ring::digest::SHA256, key.as_bytes()))
-        )
-    } else {
-        key
-    };
-    // A string of digits is a number ("10" after "9"), as providers often send int64
-    // versions as strings; other text (ISO times) compares as text.
-    let version = match json::field(body, &order.version).ok()?? {
-        Field::Text(s) => match s.parse::<i64>() {
-            Ok(i) => Value::Integer(i),
-            Err(_) => Value::Text(s),
-        },
-        Field::Number(n) => match n.parse::<i64>() {
-            Ok(i) => Value::Integer(i),
-            Err(_) => Value::Real(n.parse::<f64>().ok()?),
-        },
-        Field::Other => return None,
-    };
-    Some((key, version))
-}
-
 /// The request headers as JSON `[[name, value], …]`, in arrival order, without credentials.
 /// A value that is not UTF-8 is stored lossily; headers are informational (the body is the
 /// signed, exact payload).
@@ -665,29 +553,4 @@ fn headers_json(headers: &HeaderMap, secret_headers: &[HeaderName]) -> String {
         .map(|(name, value)| (name.as_str(), String::from_utf8_lossy(value.as_bytes())))
         .collect();
     serde_json::to_string(&pairs).expect("strings always serialise")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_order_key_longer_than_an_id_is_kept_by_its_hash() {
-        let order = Order {
-            key: "/k".into(),
-            version: "/v".into(),
-        };
-        let short = br#"{"k":"cus_1","v":"7"}"#;
-        assert_eq!(
-            order_key(&order, short),
-            Some(("cus_1".into(), rusqlite::types::Value::Integer(7)))
-        );
-        let long = format!(r#"{{"k":"{}","v":1}}"#, "x".repeat(5000));
-        let other = format!(r#"{{"k":"{}y","v":2}}"#, "x".repeat(5000));
-        let (a, _) = order_key(&order, long.as_bytes()).unwrap();
-        let (b, _) = order_key(&order, other.as_bytes()).unwrap();
-        assert!(a.starts_with("sha256:") && a.len() == 7 + 64, "{a}");
-        assert_ne!(a, b);
-        assert_eq!(a, order_key(&order, long.as_bytes()).unwrap().0);
-    }
 }

@@ -32,7 +32,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use rusqlite::Connection;
 use serde::Serialize;
 
 use crate::clock;
@@ -40,8 +39,7 @@ use crate::config::{RecoverApi, Source};
 use crate::metrics::{Metrics, ProviderLabels, RecoveredLabels};
 use crate::store::Store;
 use crate::store::gaps;
-use crate::store::ingest::{NewEvent, Origin, Stored};
-use crate::store::sql::{self, Db};
+use crate::store::{Origin, Stored};
 pub use client::ApiError;
 
 /// How much wider than the window the provider is asked about, on each side: a heartbeat's
@@ -136,60 +134,6 @@ pub fn api_for(source: &Arc<Source>, metrics: Arc<Metrics>) -> Result<Arc<dyn Ap
     })
 }
 
-/// Where recovery reads and writes: through serve's store (its writer, or a PostgreSQL
-/// replica's), or (the CLI on a SQLite file) a connection of its own, one short transaction
-/// per step, beside a running serve.
-#[derive(Clone)]
-pub enum Inbox {
-    Store(Store),
-    Direct(Arc<std::sync::Mutex<Connection>>),
-}
-
-impl Inbox {
-    /// Runs `work` in a transaction and returns its result once committed.
-    pub async fn run<T, F>(&self, work: F) -> anyhow::Result<T>
-    where
-        T: Send + 'static,
-        F: FnMut(Db, &str) -> Result<T, sql::Error> + Send + 'static,
-    {
-        match self {
-            Inbox::Store(store) => store.change(work).await,
-            Inbox::Direct(conn) => {
-                let conn = conn.clone();
-                let mut work = work;
-                tokio::task::spawn_blocking(move || {
-                    let mut conn = conn.lock().expect("no panics while holding the lock");
-                    let tx =
-                        conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-                    let result = work(Db::Sqlite(&tx), &clock::iso_now())?;
-                    tx.commit()?;
-                    Ok(result)
-                })
-                .await?
-            }
-        }
-    }
-
-    async fn ingest(&self, event: NewEvent) -> anyhow::Result<Stored> {
-        match self {
-            // Through the store, so that the delivery loops hear of it at once.
-            Inbox::Store(store) => Ok(store.ingest(event).await?),
-            Inbox::Direct(conn) => {
-                let conn = conn.clone();
-                tokio::task::spawn_blocking(move || {
-                    let mut conn = conn.lock().expect("no panics while holding the lock");
-                    let tx =
-                        conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-                    let stored = crate::store::ingest::store(&tx, &event, &clock::iso_now())?;
-                    tx.commit()?;
-                    Ok(stored)
-                })
-                .await?
-            }
-        }
-    }
-}
-
 /// One event of a plan.
 #[derive(Debug, Clone, Serialize)]
 pub struct Item {
@@ -243,7 +187,7 @@ pub async fn plan(
     api: &dyn Api,
     source: &Source,
     window: Window,
-    inbox: &Inbox,
+    store: &Store,
 ) -> anyhow::Result<Plan> {
     let now = clock::unix_now();
     let remembered =
@@ -287,8 +231,8 @@ pub async fn plan(
     candidates.sort_by(|a, b| (a.at, &a.event_id).cmp(&(b.at, &b.event_id)));
     let ids: Vec<String> = candidates.iter().map(|c| c.event_id.clone()).collect();
     let (name, account) = (source.name.clone(), source.account.clone());
-    let (known, requested) = inbox
-        .run(move |conn, _| {
+    let (known, requested) = store
+        .change(move |conn, _| {
             Ok((
                 gaps::known(conn, &name, &account, &ids)?,
                 gaps::requests(conn, &name, &account, &ids)?,
@@ -390,7 +334,7 @@ pub async fn carry_out(
     api: &Arc<dyn Api>,
     source: &Arc<Source>,
     plan: &Plan,
-    inbox: &Inbox,
+    store: &Store,
     metrics: &Metrics,
     step: &(dyn Fn() + Send + Sync),
 ) -> Done {
@@ -440,8 +384,8 @@ pub async fn carry_out(
                     let (name, account, id2) =
                         (source.name.clone(), source.account.clone(), id.clone());
                     let asked_for = i64::try_from(delivery).unwrap_or(i64::MAX);
-                    let recorded = inbox
-                        .run(move |conn, now| {
+                    let recorded = store
+                        .change(move |conn, now| {
                             gaps::requested(conn, &name, &account, &id2, asked_for, now)
                         })
                         .await;
@@ -476,7 +420,7 @@ pub async fn carry_out(
         let Found::Fetched(body) = &item.found else {
             continue;
         };
-        let event = crate::receive::new_event(
+        let event = crate::event::new_event(
             source,
             (source.name.as_str().into(), source.account.as_str().into()),
             crate::scheme::Identity {
@@ -484,12 +428,12 @@ pub async fn carry_out(
                 provider_time: clock::unix_from_iso(&item.at),
                 event_type: item.event_type.clone(),
             },
-            crate::receive::Hashed::new(body.clone()),
+            crate::event::Hashed::new(body.clone()),
             "[]".into(),
             api_host(source),
             Origin::Api,
         );
-        match inbox.ingest(event).await {
+        match store.ingest(event).await {
             Ok(Stored::New) => {
                 tracing::info!(
                     source = source.name,
@@ -530,10 +474,10 @@ pub async fn recover_window(
     source: &Arc<Source>,
     window: Window,
     gap_ids: Vec<i64>,
-    inbox: &Inbox,
+    store: &Store,
     metrics: &Metrics,
 ) -> anyhow::Result<String> {
-    let plan = match plan(api.as_ref(), source, window, inbox).await {
+    let plan = match plan(api.as_ref(), source, window, store).await {
         Ok(plan) => plan,
         Err(e) => {
             metrics
@@ -544,26 +488,26 @@ pub async fn recover_window(
                 })
                 .inc();
             let summary = format!("failed at {}: {e:#}", clock::iso_now());
-            let _ = inbox
-                .run(move |conn, _| gaps::note(conn, &gap_ids, &summary))
+            let _ = store
+                .change(move |conn, _| gaps::note(conn, &gap_ids, &summary))
                 .await;
             return Err(e);
         }
     };
-    let done = carry_out(api, source, &plan, inbox, metrics, &|| {}).await;
+    let done = carry_out(api, source, &plan, store, metrics, &|| {}).await;
     let summary = done.summary(&plan);
     let text = summary.clone();
     if !done.errors.is_empty() {
         // Not recovered yet: what failed is asked for again by the next try, and what went
         // through is not (the inbox holds it, or it is recorded as asked for).
         let text = format!("partly failed at {}: {text}", clock::iso_now());
-        inbox
-            .run(move |conn, _| gaps::note(conn, &gap_ids, &text))
+        store
+            .change(move |conn, _| gaps::note(conn, &gap_ids, &text))
             .await?;
         anyhow::bail!("{summary}: {}", done.errors.join("; "));
     }
-    inbox
-        .run(move |conn, now| gaps::recovered(conn, &gap_ids, &text, now))
+    store
+        .change(move |conn, now| gaps::recovered(conn, &gap_ids, &text, now))
         .await?;
     Ok(summary)
 }
@@ -609,13 +553,13 @@ mod tests {
     #[tokio::test]
     async fn the_plan_asks_once_waits_for_the_provider_and_gives_up_after_three_asks() {
         let dir = tempfile::tempdir().unwrap();
-        let conn = crate::store::open_writer(
-            &dir.path().join("inbox.db"),
-            crate::config::Synchronous::Full,
-            true,
-        )
-        .unwrap();
-        let inbox = Inbox::Direct(Arc::new(std::sync::Mutex::new(conn)));
+        let path = dir.path().join("inbox.db");
+        crate::store::sqlite::schema::open_writer(&path, crate::config::Synchronous::Full, true)
+            .unwrap();
+        let (store, _held) = crate::store::Location::file(path)
+            .for_command(Arc::new(Metrics::new()))
+            .await
+            .unwrap();
         let source = source();
         let now = clock::unix_now();
         let window = Window {
@@ -624,7 +568,7 @@ mod tests {
         };
         let record = |guid: &'static str, delivery: i64, asked: i64, ago: i64| {
             let at = clock::iso_from_unix(now - ago);
-            inbox.run(move |conn, _| {
+            store.change(move |conn, _| {
                 for _ in 0..asked {
                     gaps::requested(conn, "gh", "", guid, delivery, &at)?;
                 }
@@ -647,7 +591,7 @@ mod tests {
             // Only after the window: not this window's business.
             attempt("later", now - 30, 60),
         ]);
-        let plan = plan(&log, &source, window, &inbox).await.unwrap();
+        let plan = plan(&log, &source, window, &store).await.unwrap();
         let ids =
             |items: &[Item]| -> Vec<String> { items.iter().map(|i| i.event_id.clone()).collect() };
         assert_eq!(

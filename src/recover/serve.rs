@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::{Inbox, Window};
+use super::Window;
 use crate::clock;
 use crate::config::Source;
 use crate::metrics::{GapLabels, Metrics};
@@ -54,7 +54,6 @@ pub async fn run(
     mut found: mpsc::UnboundedReceiver<Gap>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let inbox = Inbox::Store(store);
     let started = clock::unix_now();
     let mut state: HashMap<String, Pending> = HashMap::new();
     let add = |state: &mut HashMap<String, Pending>, gap: Gap| {
@@ -124,7 +123,7 @@ pub async fn run(
                 };
                 let ids = s.gaps.iter().map(|g| g.id).collect();
                 s.last_gaps = Some(Instant::now());
-                match once(source, window, ids, &inbox, &metrics).await {
+                match once(source, window, ids, &store, &metrics).await {
                     true => {
                         s.gaps.clear();
                         s.retry_at = None;
@@ -140,7 +139,7 @@ pub async fn run(
                     from: s.covered_until.min(until),
                     until,
                 };
-                if once(source, window, Vec::new(), &inbox, &metrics).await {
+                if once(source, window, Vec::new(), &store, &metrics).await {
                     s.covered_until = until;
                     s.next_net = Instant::now() + recover.every;
                 } else {
@@ -182,7 +181,7 @@ async fn once(
     source: &Arc<Source>,
     window: Window,
     gaps: Vec<i64>,
-    inbox: &Inbox,
+    store: &Store,
     metrics: &Arc<Metrics>,
 ) -> bool {
     let why = if gaps.is_empty() { "safety net" } else { "gap" };
@@ -197,7 +196,7 @@ async fn once(
         clock::iso_from_unix(window.from),
         clock::iso_from_unix(window.until),
     );
-    match super::recover_window(&api, source, window, gaps, inbox, metrics).await {
+    match super::recover_window(&api, source, window, gaps, store, metrics).await {
         Ok(summary) => {
             tracing::info!(
                 source = source.name,

@@ -1,22 +1,18 @@
-//! One way for the operator's commands to query the inbox, whichever backend holds it.
+//! One connection to the inbox, whichever backend holds it: [`Db`], and [`Open`] that owns
+//! one.
 //!
-//! The commands (`events`, `show`, `dead`, `conflicts`, `replay`, `pause`, `resume`) were
-//! written against SQLite, and their SQL is nearly PostgreSQL's too: the two schemas have
-//! the same tables, columns and views. What differs is how a statement is sent, which is
-//! what [`Db`] hides: `?` and `?N` placeholders (rewritten to `$N` for PostgreSQL), values
-//! (rusqlite's, converted to the types PostgreSQL's prepared statement asks for) and rows
-//! (read back into rusqlite's values, so that a row is read with the same `r.get(i)?` on
-//! either side). The few fragments that are one dialect's only are chosen by
-//! [`Db::dialect`] where they are written.
+//! SQL that reads the same on both backends is written once over [`Db`]: the two schemas
+//! have the same tables, columns and views, and what differs is how a statement is sent,
+//! which [`Db`] hides (on PostgreSQL, [`super::postgres::session`]). The few fragments that
+//! are one dialect's only are chosen by [`Db::dialect`] where they are written.
 //!
-//! Synchronous by design: the commands are short, one-off programs. A PostgreSQL
-//! connection carries its own single-threaded runtime and blocks on each statement.
+//! Outside `store/`, a [`Db`] offers only the typed questions and changes of
+//! [`super::views`] and the topic modules: its SQL methods are the store's own.
 
-use std::error::Error as _;
-
-use rusqlite::types::{FromSql, ToSqlOutput, Value, ValueRef};
+use rusqlite::types::{FromSql, Value, ValueRef};
 use rusqlite::{Connection, ToSql};
-use tokio_postgres::types::{IsNull, ToSql as PgToSql, Type};
+
+use super::postgres::session::PgConn;
 
 /// An inbox connection of either backend.
 #[derive(Clone, Copy)]
@@ -26,7 +22,7 @@ pub enum Db<'a> {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dialect {
+pub(in crate::store) enum Dialect {
     Sqlite,
     Postgres,
 }
@@ -35,7 +31,7 @@ pub enum Dialect {
 pub enum Error {
     #[error(transparent)]
     Sqlite(#[from] rusqlite::Error),
-    #[error("{}", crate::pg::describe(.0))]
+    #[error("{}", super::postgres::connect::describe(.0))]
     Postgres(#[from] tokio_postgres::Error),
     /// A value that the other side's type cannot hold (a mistake in the SQL, not input).
     #[error("{0}")]
@@ -43,10 +39,10 @@ pub enum Error {
 }
 
 /// One row, its values as SQLite would have given them.
-pub struct Row(Vec<Value>);
+pub struct Row(pub(in crate::store) Vec<Value>);
 
 impl Row {
-    pub fn get<T: FromSql>(&self, i: usize) -> rusqlite::Result<T> {
+    pub(in crate::store) fn get<T: FromSql>(&self, i: usize) -> rusqlite::Result<T> {
         let value = self.get_ref(i)?;
         T::column_result(value).map_err(|e| match e {
             rusqlite::types::FromSqlError::InvalidType => {
@@ -58,7 +54,7 @@ impl Row {
         })
     }
 
-    pub fn get_ref(&self, i: usize) -> rusqlite::Result<ValueRef<'_>> {
+    pub(in crate::store) fn get_ref(&self, i: usize) -> rusqlite::Result<ValueRef<'_>> {
         self.0
             .get(i)
             .map(ValueRef::from)
@@ -67,7 +63,7 @@ impl Row {
 }
 
 impl<'a> Db<'a> {
-    pub fn dialect(self) -> Dialect {
+    pub(in crate::store) fn dialect(self) -> Dialect {
         match self {
             Db::Sqlite(_) => Dialect::Sqlite,
             Db::Postgres(_) => Dialect::Postgres,
@@ -75,7 +71,7 @@ impl<'a> Db<'a> {
     }
 
     /// Every row of `sql`, each read by `f`.
-    pub fn rows<T>(
+    pub(in crate::store) fn rows<T>(
         self,
         sql: &str,
         params: &[&dyn ToSql],
@@ -102,7 +98,7 @@ impl<'a> Db<'a> {
     }
 
     /// The first row of `sql`, if it has any.
-    pub fn row<T>(
+    pub(in crate::store) fn row<T>(
         self,
         sql: &str,
         params: &[&dyn ToSql],
@@ -112,13 +108,21 @@ impl<'a> Db<'a> {
     }
 
     /// The one value of a query that always returns one row (`count(*)`, `max(…)`).
-    pub fn value<T: FromSql>(self, sql: &str, params: &[&dyn ToSql]) -> Result<T, Error> {
+    pub(in crate::store) fn value<T: FromSql>(
+        self,
+        sql: &str,
+        params: &[&dyn ToSql],
+    ) -> Result<T, Error> {
         self.row(sql, params, |r| r.get(0))?
             .ok_or_else(|| Error::Convert(format!("no row from {sql}")))
     }
 
     /// Runs a statement; how many rows it changed.
-    pub fn execute(self, sql: &str, params: &[&dyn ToSql]) -> Result<usize, Error> {
+    pub(in crate::store) fn execute(
+        self,
+        sql: &str,
+        params: &[&dyn ToSql],
+    ) -> Result<usize, Error> {
         match self {
             Db::Sqlite(conn) => Ok(conn.prepare_cached(sql)?.execute(params)?),
             Db::Postgres(pg) => pg.execute(sql, params),
@@ -151,21 +155,15 @@ impl<'a> Db<'a> {
     fn batch(self, sql: &str) -> Result<(), Error> {
         match self {
             Db::Sqlite(conn) => Ok(conn.execute_batch(sql)?),
-            Db::Postgres(pg) => Ok(pg.block_on(pg.client.batch_execute(sql))?),
+            Db::Postgres(pg) => Ok(pg.batch_execute(sql)?),
         }
     }
 }
 
 /// A list of values built at run time (the commands' filters), as the parameters [`Db`]
 /// takes.
-pub fn refs(values: &[Value]) -> Vec<&dyn ToSql> {
+pub(in crate::store) fn refs(values: &[Value]) -> Vec<&dyn ToSql> {
     values.iter().map(|v| v as &dyn ToSql).collect()
-}
-
-/// Where the inbox is, as the command line and the config name it; not yet open.
-pub enum Inbox {
-    Sqlite(std::path::PathBuf),
-    Postgres(crate::config::PgStore),
 }
 
 /// An open inbox connection; [`Open::db`] queries it.
@@ -183,60 +181,6 @@ impl Open {
     }
 }
 
-impl Inbox {
-    /// For reading only: SQLite read-only, so that a running serve's writer is never held up.
-    pub fn read(&self) -> anyhow::Result<Open> {
-        self.open(false)
-    }
-
-    /// For reading and steering (pause, replay): SQLite read-write, next to a running serve.
-    pub fn write(&self) -> anyhow::Result<Open> {
-        self.open(true)
-    }
-
-    fn open(&self, write: bool) -> anyhow::Result<Open> {
-        use anyhow::Context as _;
-        match self {
-            Inbox::Sqlite(path) => {
-                let conn = if write {
-                    super::open_current(path)
-                } else {
-                    super::read::open_current(path)
-                };
-                Ok(Open::Sqlite(conn.with_context(|| {
-                    format!("opening the inbox {}", path.display())
-                })?))
-            }
-            Inbox::Postgres(store) => {
-                Ok(Open::Postgres(PgConn::open(store).with_context(|| {
-                    format!("opening the inbox {}", store.url)
-                })?))
-            }
-        }
-    }
-
-    /// The inbox as messages name it: its file, or its database's URL (no password).
-    pub fn name(&self) -> String {
-        match self {
-            Inbox::Sqlite(path) => path.display().to_string(),
-            Inbox::Postgres(store) => store.url.clone(),
-        }
-    }
-
-    /// The SQLite file, for the commands that only SQLite has (backup, gaps, arm); on
-    /// PostgreSQL an error that says what to use instead.
-    pub fn sqlite_only(&self, what: &str, instead: &str) -> anyhow::Result<&std::path::Path> {
-        match self {
-            Inbox::Sqlite(path) => Ok(path),
-            Inbox::Postgres(store) => anyhow::bail!(
-                "{what} works on a SQLite inbox; this configuration keeps the inbox in \
-                 PostgreSQL ({}): {instead}",
-                store.url
-            ),
-        }
-    }
-}
-
 /// For the serve's writer jobs, whose closures answer in rusqlite's error: on a SQLite
 /// connection every error is SQLite's.
 impl From<Error> for rusqlite::Error {
@@ -248,377 +192,9 @@ impl From<Error> for rusqlite::Error {
     }
 }
 
-/// A blocking PostgreSQL connection to the inbox, for the operator's commands.
-pub struct PgConn {
-    /// Always Some but while dropping (see the Drop impl).
-    runtime: Option<tokio::runtime::Runtime>,
-    client: tokio_postgres::Client,
-}
-
-/// A runtime may not be dropped where blocking is not allowed, and `serve` drops its pool's
-/// idle connections from its async shutdown: the runtime is let go without waiting for its
-/// tasks (the connection's driver, which the dropped client ends anyway).
-impl Drop for PgConn {
-    fn drop(&mut self) {
-        if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_background();
-        }
-    }
-}
-
-impl PgConn {
-    /// Connects to the inbox `store` names and checks that its schema is this binary's
-    /// (`serve` creates and migrates it; a command only reads and steers).
-    pub fn open(store: &crate::config::PgStore) -> anyhow::Result<PgConn> {
-        let pg = PgConn::connect(store)?;
-        let exists: bool =
-            Db::Postgres(&pg).value("SELECT to_regclass('schema_migrations') IS NOT NULL", &[])?;
-        let found: i64 = if exists {
-            Db::Postgres(&pg).value(
-                "SELECT coalesce(max(version), 0)::bigint FROM schema_migrations",
-                &[],
-            )?
-        } else {
-            0
-        };
-        super::pg::require_version(found)?;
-        Ok(pg)
-    }
-
-    /// Connects, without looking at the schema: for `serve`'s pool (serve migrated or
-    /// checked it at its start; a newer replica may have migrated it since, compatibly).
-    fn connect(store: &crate::config::PgStore) -> anyhow::Result<PgConn> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| anyhow::anyhow!("starting the runtime for PostgreSQL: {e}"))?;
-        let connector = crate::pg::Connector::new(
-            &store.url,
-            store.password.as_ref(),
-            &store.tls,
-            std::time::Duration::from_secs(10),
-            // An operator's command may scan: a minute, not serve's 5 s; a lock it waits
-            // for (a claim's row) is given up soon, as serve's are.
-            "-c statement_timeout=60000 -c lock_timeout=5000 -c timezone=UTC",
-        )?;
-        let client = runtime
-            .block_on(connector.connect())
-            .map_err(|e| anyhow::anyhow!("{}", crate::pg::describe(&e)))?;
-        Ok(PgConn {
-            runtime: Some(runtime),
-            client,
-        })
-    }
-
-    fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
-        self.runtime
-            .as_ref()
-            .expect("taken only while dropping")
-            .block_on(f)
-    }
-
-    fn prepare(
-        &self,
-        sql: &str,
-        params: &[&dyn ToSql],
-    ) -> Result<(tokio_postgres::Statement, Vec<Param>), Error> {
-        let stmt = self.block_on(self.client.prepare(&placeholders(sql)))?;
-        if stmt.params().len() != params.len() {
-            return Err(Error::Convert(format!(
-                "{} parameters for {} placeholders in {sql}",
-                params.len(),
-                stmt.params().len()
-            )));
-        }
-        let values = stmt
-            .params()
-            .iter()
-            .zip(params)
-            .map(|(ty, p)| Param::convert(ty, *p))
-            .collect::<Result<_, _>>()?;
-        Ok((stmt, values))
-    }
-
-    fn query(&self, sql: &str, params: &[&dyn ToSql]) -> Result<Vec<Row>, Error> {
-        let (stmt, values) = self.prepare(sql, params)?;
-        let refs: Vec<&(dyn PgToSql + Sync)> =
-            values.iter().map(|v| v as &(dyn PgToSql + Sync)).collect();
-        let rows = self.block_on(self.client.query(&stmt, &refs))?;
-        rows.iter()
-            .map(|r| {
-                (0..r.len())
-                    .map(|i| column(r, i))
-                    .collect::<Result<_, _>>()
-                    .map(Row)
-            })
-            .collect()
-    }
-
-    fn execute(&self, sql: &str, params: &[&dyn ToSql]) -> Result<usize, Error> {
-        let (stmt, values) = self.prepare(sql, params)?;
-        let refs: Vec<&(dyn PgToSql + Sync)> =
-            values.iter().map(|v| v as &(dyn PgToSql + Sync)).collect();
-        let n = self.block_on(self.client.execute(&stmt, &refs))?;
-        Ok(n as usize)
-    }
-}
-
-/// A few [`PgConn`]s kept open between uses: `serve`'s web inbox reads and steers a
-/// PostgreSQL inbox through the same SQL as the commands, from blocking threads.
-pub struct PgPool {
-    store: crate::config::PgStore,
-    idle: std::sync::Mutex<Vec<PgConn>>,
-}
-
-/// Connections kept idle: the web inbox is one operator's browser, a page a few queries.
-const POOL_IDLE: usize = 2;
-
-impl PgPool {
-    pub fn new(store: crate::config::PgStore) -> PgPool {
-        PgPool {
-            store,
-            idle: std::sync::Mutex::new(Vec::new()),
-        }
-    }
-
-    /// Runs `f` on an idle connection, or a new one; blocks (call it where blocking is
-    /// allowed). The connection goes back to the pool unless it broke.
-    pub fn with<T>(&self, f: impl FnOnce(Db) -> anyhow::Result<T>) -> anyhow::Result<T> {
-        let idle = self.idle.lock().expect("no panics while holding it").pop();
-        // An idle connection's driver runs only inside block_on: one turn lets it notice a
-        // socket the server closed meanwhile (a restart, a failover, an idle timeout).
-        let idle = idle.filter(|conn| {
-            conn.block_on(tokio::task::yield_now());
-            !conn.client.is_closed()
-        });
-        let conn = match idle {
-            Some(conn) => conn,
-            None => PgConn::connect(&self.store)?,
-        };
-        let result = f(Db::Postgres(&conn));
-        if !conn.client.is_closed() {
-            let mut idle = self.idle.lock().expect("no panics while holding it");
-            if idle.len() < POOL_IDLE {
-                idle.push(conn);
-            }
-        }
-        result
-    }
-}
-
-/// `?` and `?N` as PostgreSQL's `$N`; quoted text and identifiers are left alone.
-fn placeholders(sql: &str) -> String {
-    let mut out = String::with_capacity(sql.len() + 8);
-    // As SQLite numbers them: a bare `?` is one more than the largest number so far.
-    let mut largest: u64 = 0;
-    let mut quote: Option<char> = None;
-    let mut chars = sql.chars().peekable();
-    while let Some(c) = chars.next() {
-        match (quote, c) {
-            (Some(q), c) if c == q => quote = None,
-            (Some(_), _) => {}
-            (None, '\'' | '"') => quote = Some(c),
-            (None, '?') => {
-                let mut digits = String::new();
-                while let Some(d) = chars.peek().filter(|d| d.is_ascii_digit()) {
-                    digits.push(*d);
-                    chars.next();
-                }
-                if digits.is_empty() {
-                    largest += 1;
-                    digits = largest.to_string();
-                } else {
-                    largest = largest.max(digits.parse().unwrap_or(0));
-                }
-                out.push('$');
-                out.push_str(&digits);
-                continue;
-            }
-            _ => {}
-        }
-        out.push(c);
-    }
-    out
-}
-
-/// A rusqlite value in the type PostgreSQL's statement asks for.
-#[derive(Debug)]
-enum Param {
-    Null,
-    Bool(bool),
-    I16(i16),
-    I32(i32),
-    I64(i64),
-    F64(f64),
-    Text(String),
-    Bytes(Vec<u8>),
-}
-
-impl Param {
-    fn convert(ty: &Type, p: &dyn ToSql) -> Result<Param, Error> {
-        let out = p.to_sql()?;
-        let value = match &out {
-            ToSqlOutput::Borrowed(v) => *v,
-            ToSqlOutput::Owned(v) => ValueRef::from(v),
-            _ => return Err(Error::Convert("an unsupported SQLite value".into())),
-        };
-        let wrong = || {
-            Error::Convert(format!(
-                "a {:?} value for a parameter of type {ty}",
-                value.data_type()
-            ))
-        };
-        Ok(match value {
-            ValueRef::Null => Param::Null,
-            ValueRef::Integer(i) => match *ty {
-                Type::INT8 => Param::I64(i),
-                Type::INT4 => Param::I32(i32::try_from(i).map_err(|_| wrong())?),
-                Type::INT2 => Param::I16(i16::try_from(i).map_err(|_| wrong())?),
-                Type::BOOL => Param::Bool(i != 0),
-                Type::FLOAT8 => Param::F64(i as f64),
-                Type::TEXT | Type::VARCHAR | Type::NAME => Param::Text(i.to_string()),
-                _ => return Err(wrong()),
-            },
-            ValueRef::Real(f) => match *ty {
-                Type::FLOAT8 => Param::F64(f),
-                _ => return Err(wrong()),
-            },
-            ValueRef::Text(t) => {
-                let t = std::str::from_utf8(t).map_err(|_| wrong())?;
-                match *ty {
-                    Type::TEXT | Type::VARCHAR | Type::NAME | Type::BPCHAR => {
-                        Param::Text(crate::pg::text(t).into_owned())
-                    }
-                    Type::BYTEA => Param::Bytes(t.as_bytes().to_vec()),
-                    _ => return Err(wrong()),
-                }
-            }
-            ValueRef::Blob(b) => match *ty {
-                Type::BYTEA => Param::Bytes(b.to_vec()),
-                _ => return Err(wrong()),
-            },
-        })
-    }
-}
-
-impl PgToSql for Param {
-    fn to_sql(
-        &self,
-        ty: &Type,
-        out: &mut bytes::BytesMut,
-    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
-        match self {
-            Param::Null => Ok(IsNull::Yes),
-            Param::Bool(v) => PgToSql::to_sql(v, ty, out),
-            Param::I16(v) => PgToSql::to_sql(v, ty, out),
-            Param::I32(v) => PgToSql::to_sql(v, ty, out),
-            Param::I64(v) => PgToSql::to_sql(v, ty, out),
-            Param::F64(v) => PgToSql::to_sql(v, ty, out),
-            Param::Text(v) => PgToSql::to_sql(v, ty, out),
-            Param::Bytes(v) => PgToSql::to_sql(v, ty, out),
-        }
-    }
-
-    /// Checked in [`Param::convert`], against the statement's own types.
-    fn accepts(_: &Type) -> bool {
-        true
-    }
-
-    tokio_postgres::types::to_sql_checked!();
-}
-
-/// Column `i` as the SQLite value a query of the same text would have returned.
-fn column(row: &tokio_postgres::Row, i: usize) -> Result<Value, Error> {
-    let ty = row.columns()[i].type_();
-    let get = |e: tokio_postgres::Error| e;
-    Ok(match *ty {
-        Type::INT8 => opt(
-            row.try_get::<_, Option<i64>>(i).map_err(get)?,
-            Value::Integer,
-        ),
-        Type::INT4 => opt(row.try_get::<_, Option<i32>>(i).map_err(get)?, |v| {
-            Value::Integer(v.into())
-        }),
-        Type::INT2 => opt(row.try_get::<_, Option<i16>>(i).map_err(get)?, |v| {
-            Value::Integer(v.into())
-        }),
-        Type::BOOL => opt(row.try_get::<_, Option<bool>>(i).map_err(get)?, |v| {
-            Value::Integer(v.into())
-        }),
-        Type::FLOAT8 => opt(row.try_get::<_, Option<f64>>(i).map_err(get)?, Value::Real),
-        Type::FLOAT4 => opt(row.try_get::<_, Option<f32>>(i).map_err(get)?, |v| {
-            Value::Real(v.into())
-        }),
-        Type::BYTEA => opt(
-            row.try_get::<_, Option<Vec<u8>>>(i).map_err(get)?,
-            Value::Blob,
-        ),
-        Type::JSON | Type::JSONB => opt(row.try_get::<_, Option<Json>>(i).map_err(get)?, |j| {
-            Value::Text(j.0)
-        }),
-        _ => match row.try_get::<_, Option<String>>(i) {
-            Ok(v) => opt(v, Value::Text),
-            Err(e) => {
-                return Err(Error::Convert(format!(
-                    "column {:?} has PostgreSQL type {ty}, which the commands do not read \
-                     ({})",
-                    row.columns()[i].name(),
-                    e.source().map_or_else(|| e.to_string(), |s| s.to_string())
-                )));
-            }
-        },
-    })
-}
-
-fn opt<T>(v: Option<T>, f: impl FnOnce(T) -> Value) -> Value {
-    v.map_or(Value::Null, f)
-}
-
-/// `json` and `jsonb` as their text (tokio-postgres reads them only through serde_json).
-struct Json(String);
-
-impl<'a> tokio_postgres::types::FromSql<'a> for Json {
-    fn from_sql(
-        ty: &Type,
-        raw: &'a [u8],
-    ) -> Result<Json, Box<dyn std::error::Error + Sync + Send>> {
-        // jsonb's binary form is a version byte (1) before the text.
-        let raw = match (*ty == Type::JSONB, raw.split_first()) {
-            (true, Some((1, rest))) => rest,
-            (true, _) => return Err("an unknown jsonb version".into()),
-            (false, _) => raw,
-        };
-        Ok(Json(std::str::from_utf8(raw)?.to_owned()))
-    }
-
-    fn accepts(ty: &Type) -> bool {
-        *ty == Type::JSON || *ty == Type::JSONB
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn placeholders_are_numbered_outside_quotes() {
-        assert_eq!(
-            placeholders("SELECT ? , x FROM t WHERE a = ? AND b = '?' AND \"c?\" = ?"),
-            "SELECT $1 , x FROM t WHERE a = $2 AND b = '?' AND \"c?\" = $3"
-        );
-        assert_eq!(
-            placeholders("WHERE a = ?1 AND (?2 IS NULL OR s = ?2) LIMIT ?3"),
-            "WHERE a = $1 AND ($2 IS NULL OR s = $2) LIMIT $3"
-        );
-        assert_eq!(
-            placeholders("a = 'it''s ?' OR b = ?"),
-            "a = 'it''s ?' OR b = $1"
-        );
-        assert_eq!(
-            placeholders("SET a = ?1 WHERE (x, y) IN (VALUES (?, ?), (?, ?))"),
-            "SET a = $1 WHERE (x, y) IN (VALUES ($2, $3), ($4, $5))"
-        );
-    }
 
     #[test]
     fn a_sqlite_row_reads_as_rusqlite_reads_it() {

@@ -2,7 +2,7 @@
 //! handshake may teach one (`hookinbox arm`). A window is used once: learning a secret
 //! closes it, in the same transaction, so two handshakes cannot both be trusted.
 
-use super::sql::{Db, Error};
+use crate::store::db::{Db, Error};
 
 /// Opens (or reopens) `source`'s window until `until` (ISO-8601 text).
 pub fn arm(db: Db, source: &str, now: &str, until: &str) -> Result<(), Error> {
@@ -39,6 +39,15 @@ pub fn learn(
         &[&source, &secret, &now, &remote_addr],
     )?;
     Ok(true)
+}
+
+/// The secret `source` learnt, if it learnt one.
+pub fn secret(db: Db, source: &str) -> Result<Option<Vec<u8>>, Error> {
+    db.row(
+        "SELECT secret FROM learnt_secrets WHERE source = ?1",
+        &[&source],
+        |r| r.get(0),
+    )
 }
 
 /// Every learnt secret, by source.

@@ -1,5 +1,4 @@
-//! `hookinbox migrate-store --to postgres://…`: copies a stopped SQLite inbox into an empty
-//! PostgreSQL one (identities, payloads, deliveries with their state and keys, attempts,
+//! Copying a stopped SQLite inbox into an empty PostgreSQL one (`hookinbox migrate-store`) (identities, payloads, deliveries with their state and keys, attempts,
 //! order keys, conflicts, paused targets), in one transaction, then reads everything back
 //! and compares it with the file, table by table, before it commits.
 //!
@@ -8,38 +7,15 @@
 //! meanwhile. Row ids are kept, so `hookinbox show 42` and the logs' ids still mean the same
 //! event; the identity sequences continue after them.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::Context as _;
 use ring::digest;
 use rusqlite::types::ValueRef;
 use tokio_postgres::types::ToSql;
 
-use crate::store;
+use crate::config::PgStore;
 use crate::terminal::Progress;
-
-#[derive(Debug, Clone, clap::Args)]
-pub struct Args {
-    /// The PostgreSQL inbox to copy into, without a password:
-    /// postgres://USER@HOST/DATABASE (it must be empty; its schema is made if missing)
-    #[arg(long, value_name = "URL")]
-    pub to: String,
-    /// The password, as any secret spec (env:NAME, file:PATH, …)
-    #[arg(long, value_name = "SECRET")]
-    pub password: Option<String>,
-    /// TLS to the server: verify-full (the default to another host) or off (only to this
-    /// machine)
-    #[arg(long, value_name = "MODE")]
-    pub tls: Option<String>,
-    /// The CA certificate (PEM) that the server's certificate is checked against, instead
-    /// of the system's roots
-    #[arg(long, value_name = "FILE")]
-    pub ca: Option<PathBuf>,
-    /// Print the result as JSON
-    #[arg(long)]
-    pub json: bool,
-}
 
 /// How a column's values travel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -291,7 +267,7 @@ impl Value {
 fn from_sqlite(v: ValueRef<'_>, kind: Kind, cleaned: &mut u64) -> anyhow::Result<Value> {
     let text = |s: &[u8], cleaned: &mut u64| {
         let s = String::from_utf8_lossy(s);
-        match crate::pg::text(&s) {
+        match super::postgres::connect::text(&s) {
             std::borrow::Cow::Borrowed(_) => s.into_owned(),
             std::borrow::Cow::Owned(replaced) => {
                 *cleaned += 1;
@@ -302,7 +278,7 @@ fn from_sqlite(v: ValueRef<'_>, kind: Kind, cleaned: &mut u64) -> anyhow::Result
     Ok(match (kind, v) {
         (_, ValueRef::Null) => Value::Null,
         (Num, ValueRef::Integer(i)) => Value::Text(i.to_string()),
-        (Num, ValueRef::Real(f)) => Value::Text(crate::store::pg::numeric_text(f)),
+        (Num, ValueRef::Real(f)) => Value::Text(super::postgres::numeric_text(f)),
         (Int, ValueRef::Integer(i)) => Value::Int(i),
         (Text, ValueRef::Text(t)) => Value::Text(text(t, cleaned)),
         (Bytes, ValueRef::Blob(b) | ValueRef::Text(b)) => Value::Bytes(b.to_vec()),
@@ -316,84 +292,38 @@ fn from_sqlite(v: ValueRef<'_>, kind: Kind, cleaned: &mut u64) -> anyhow::Result
 
 /// What one table's copy came to.
 #[derive(Debug, serde::Serialize)]
-struct Copied {
-    table: &'static str,
-    rows: u64,
+pub struct Copied {
+    pub table: &'static str,
+    pub rows: u64,
     /// SHA-256 over every row, the same read from the file and read back from PostgreSQL.
-    digest: String,
+    pub digest: String,
 }
 
+/// What the copy came to.
 #[derive(Debug, serde::Serialize)]
-struct Outcome {
-    from: String,
-    to: String,
-    tables: Vec<Copied>,
+pub struct Outcome {
+    pub from: String,
+    pub to: String,
+    pub tables: Vec<Copied>,
     /// Text values whose NUL characters were stored as U+FFFD.
-    nul_replaced: u64,
+    pub nul_replaced: u64,
 }
 
-pub fn run(db: &Path, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
-    let target = crate::config::pg_store_from(
-        &args.to,
-        args.password.as_deref(),
-        args.tls.as_deref(),
-        args.ca.as_deref(),
-    )
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let _lock = store::lock::InboxLock::acquire(db).context(
+/// Copies the stopped SQLite inbox at `db` into the empty PostgreSQL inbox `target` (its
+/// schema made if missing), reads it back and compares, then commits. Holds the file's
+/// lock meanwhile: an event committed after the copy began would be left behind.
+pub fn sqlite_to_postgres(db: &Path, target: &PgStore) -> anyhow::Result<Outcome> {
+    let _lock = super::sqlite::lock::InboxLock::acquire(db).context(
         "migrate-store copies a stopped inbox (an event stored after the copy began would be \
          left behind): stop serve first, e.g. systemctl stop hookinbox",
     )?;
-    let conn = store::read::open_current(db)
+    let conn = super::sqlite::read::open_current(db)
         .with_context(|| format!("opening the inbox {}", db.display()))?;
     let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let outcome = runtime.block_on(copy(&conn, db, &target))?;
-    if args.json {
-        crate::terminal::write_json(out, &outcome)?;
-        return Ok(());
-    }
-    let mut table = crate::terminal::Table::new(&["TABLE", "ROWS", "SHA-256 (BOTH SIDES)"]);
-    for t in &outcome.tables {
-        table.row([
-            t.table.to_owned(),
-            t.rows.to_string(),
-            t.digest[..16].to_owned(),
-        ]);
-    }
-    writeln!(
-        out,
-        "copied {} into {}, and read it back:",
-        outcome.from, outcome.to
-    )?;
-    table.write(out)?;
-    if outcome.nul_replaced > 0 {
-        writeln!(
-            out,
-            "{} text values held NUL, which PostgreSQL's text cannot: stored with U+FFFD",
-            outcome.nul_replaced
-        )?;
-    }
-    writeln!(
-        out,
-        "\nNow point [store] at it, on this machine and on every replica:\n\n  [store]\n  \
-         path = {:?}   # still where serve keeps its local files\n  backend = \"postgres\"\n  \
-         url = {:?}{}{}\n\nthen start serve. The SQLite file stays as it was: keep it until the\n\
-         new inbox has run a while.",
-        db.display().to_string(),
-        target.url,
-        args.password
-            .as_deref()
-            .map(|p| format!("\n  password = {p:?}"))
-            .unwrap_or_default(),
-        match &args.tls {
-            Some(tls) => format!("\n  tls = {tls:?}"),
-            None => String::new(),
-        }
-    )?;
-    Ok(())
+    runtime.block_on(copy(&conn, db, target))
 }
 
 async fn copy(
@@ -401,7 +331,7 @@ async fn copy(
     db: &Path,
     target: &crate::config::PgStore,
 ) -> anyhow::Result<Outcome> {
-    let connector = crate::pg::Connector::new(
+    let connector = super::postgres::connect::Connector::new(
         &target.url,
         target.password.as_ref(),
         &target.tls,
@@ -409,9 +339,13 @@ async fn copy(
         "-c synchronous_commit=on",
     )?;
     let mut client = connector.connect().await.map_err(|e| {
-        anyhow::anyhow!("connecting to {}: {}", target.url, crate::pg::describe(&e))
+        anyhow::anyhow!(
+            "connecting to {}: {}",
+            target.url,
+            super::postgres::connect::describe(&e)
+        )
     })?;
-    store::pg::migrate(&mut client).await?;
+    super::postgres::migrate(&mut client).await?;
     for t in TABLES {
         let n: i64 = client
             .query_one(&format!("SELECT count(*) FROM {}", t.name), &[])

@@ -1,125 +1,154 @@
-//! The inbox contract that `serve`'s receive path, delivery worker and admin listener use,
-//! with its two implementations: the SQLite file (the single writer thread and read-only
-//! connections) and a PostgreSQL database that several replicas share ([`super::pg`]).
-//! Outside `store/`, nothing knows which one runs.
+//! The inbox: what hookinbox keeps, behind one contract with two implementations.
+//!
+//! - [`Store`] is the contract that `serve` uses (the receive path, the delivery worker,
+//!   retention, alerts, the admin listener and the web inbox). Its types are in [`model`],
+//!   backend-neutral.
+//! - [`Location::of`] is the one place that picks the backend, from the configuration:
+//!   `serve` opens a [`Store`] there ([`Location::serve`]), the operator's commands a
+//!   blocking connection ([`Location::read`], [`Location::write`]).
+//! - [`Db`] is an open connection of either backend. Outside `store/` it offers only typed
+//!   questions and changes, one per thing an operator asks or does ([`views`]); SQL is
+//!   written here and nowhere else.
+//! - [`sqlite`]: the embedded default, a WAL-mode file with one writer thread (group
+//!   commit) and read-only connections beside it. [`postgres`]: one database shared by
+//!   several stateless replicas, with batchers of its own.
 //!
 //! Both keep the same promises: `ingest` answers only after the transaction holding the
 //! event committed; identity is unique; a claim hands a delivery to one attempt at a time
 //! under a lease; a result recorded after a newer claim does not undo it.
+//!
+//! Why an enum and not a trait object: [`Backend`] is the contract as a trait, which each
+//! backend implements in full (the compiler checks that neither misses a method), and
+//! [`Store`] holds one of the two and forwards each call in one line ([`on_backend`]). A
+//! `dyn` trait would box every call's future, the receive path's included, and could not
+//! take the generic closures of [`Store::read`] and [`Store::change`].
+
+pub mod batching;
+pub mod commits;
+mod db;
+pub mod gaps;
+pub mod learnt;
+pub mod migrate;
+pub mod model;
+pub mod pause;
+pub mod postgres;
+pub mod replay;
+pub mod retention;
+pub mod sqlite;
+pub mod stats;
+pub mod views;
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
 
-use super::commits::Commits;
-use super::gaps::{self, Beat, Gap};
-use super::ingest::{NewEvent, Stored};
-use super::pause::{self, Paused};
-use super::queue::{self, EventData, Finished, Recorded, Settled, Turn};
-use super::read;
-use super::sql::{self, Db};
-use super::writer::{Health, WriteError, Writer};
+pub use commits::Commits;
+pub(crate) use db::Error;
+pub use db::{Db, Open};
+use gaps::{Beat, Gap, Unconfirmed};
+pub use model::*;
+use postgres::PostgresStore;
+use retention::{Pruned, Rule, Walk};
+use sqlite::SqliteStore;
 
-#[derive(Clone)]
-pub enum Store {
-    Sqlite { writer: Writer, readers: read::Pool },
-    Postgres(super::pg::Inbox),
+use crate::config;
+use crate::metrics::Metrics;
+
+/// The contract each backend keeps; [`Store`]'s methods say what each one promises.
+trait Backend {
+    async fn ingest(&self, event: NewEvent) -> Result<Stored, WriteError>;
+    async fn finish(&self, finished: Finished) -> Result<Recorded, WriteError>;
+    async fn settle(&self, turn: Turn) -> Result<Settled, WriteError>;
+    async fn sweep(&self) -> Result<usize, WriteError>;
+    async fn retire_targets(&self, pairs: Vec<(String, String)>) -> Result<usize, WriteError>;
+    async fn retire_unknown_targets(
+        &self,
+        keep: Vec<(String, String)>,
+    ) -> Result<usize, WriteError>;
+    async fn start_receiving(
+        &self,
+        replica: String,
+        sources: Vec<String>,
+    ) -> anyhow::Result<(Vec<Gap>, Vec<Unconfirmed>)>;
+    async fn beat(
+        &self,
+        replica: String,
+        beats: Vec<Beat>,
+        stopping: Option<Vec<String>>,
+    ) -> anyhow::Result<Vec<Gap>>;
+    async fn store_unless_known(&self, events: Vec<NewEvent>) -> anyhow::Result<()>;
+    fn shared(&self) -> bool;
+    async fn look(&self, source: &str, target: &str) -> Result<Look, String>;
+    async fn events(&self, ids: Vec<i64>) -> Result<HashMap<i64, EventData>, String>;
+    async fn gauges(&self, settled: bool) -> Result<Gauges, String>;
+    async fn prune_chunk(
+        &self,
+        rule: Rule,
+        now: SystemTime,
+        walk: Walk,
+    ) -> Result<(Pruned, Walk), WriteError>;
+    async fn release_free_pages(&self) -> Result<i64, WriteError>;
+    async fn checkpoint_if_idle(&self);
+    fn wal_bytes(&self) -> Option<u64>;
+    async fn ping(&self) -> Result<(), WriteError>;
+    fn health(&self) -> &CommitHealth;
+    fn commits(&self) -> &Commits;
+    async fn read<T, F>(&self, read: F) -> anyhow::Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(Db) -> anyhow::Result<T> + Send + 'static;
+    async fn change<T, F>(&self, change: F) -> anyhow::Result<T>
+    where
+        T: Send + 'static,
+        F: FnMut(Db, &str) -> Result<T, Error> + Send + 'static;
 }
 
-/// What `/metrics` reads from the inbox.
-#[derive(Debug, Default)]
-pub struct Gauges {
-    /// Delivery rows per state, of the states asked for.
-    pub counts: Vec<(String, i64)>,
-    /// When the oldest delivery still pending or in flight was created.
-    pub oldest_pending: Option<String>,
-    pub paused: Vec<Paused>,
-    /// The SQLite file's (free pages, pages); none for PostgreSQL.
-    pub pages: Option<(i64, i64)>,
+/// The inbox as `serve` holds it. Cheap to clone.
+#[derive(Clone)]
+pub struct Store(Either);
+
+#[derive(Clone)]
+enum Either {
+    Sqlite(SqliteStore),
+    Postgres(PostgresStore),
+}
+
+/// Forwards a call to whichever backend `$store` holds.
+macro_rules! on_backend {
+    ($store:expr, $b:ident => $call:expr) => {
+        match &$store.0 {
+            Either::Sqlite($b) => $call,
+            Either::Postgres($b) => $call,
+        }
+    };
 }
 
 impl Store {
-    /// Stores one verified event; answers after its commit.
+    /// Stores one verified event; answers after its commit. A new event announces itself
+    /// to [`Store::commits`] once committed.
     pub async fn ingest(&self, event: NewEvent) -> Result<Stored, WriteError> {
-        match self {
-            Store::Sqlite { writer, .. } => writer.ingest(event).await,
-            Store::Postgres(pg) => pg.ingest(event).await,
-        }
+        on_backend!(self, b => b.ingest(event).await)
     }
 
     /// Records an attempt and the delivery's next state (a turn's results one by one,
     /// after the turn's write failed).
     pub async fn finish(&self, finished: Finished) -> Result<Recorded, WriteError> {
-        match self {
-            Store::Sqlite { writer, .. } => writer.finish(finished).await,
-            Store::Postgres(pg) => pg.finish(finished).await,
-        }
+        on_backend!(self, b => b.finish(finished).await)
     }
 
-    /// A target loop's turn ([`Turn`]): its attempts' results, then a claim. On SQLite one
-    /// writer job. On PostgreSQL the claim and the results go to the queue batcher
-    /// together, so that they share a transaction and its commit (one after the other,
-    /// the turn waited for two commits: BENCHMARKS.md, "PostgreSQL"), then one read of the
-    /// claimed events. Their order within the transaction does not matter: a claim that
-    /// runs after the results sees them, as on SQLite. The batcher runs each job alone
-    /// when a batch fails, so each result's outcome is its own: a claim that fails when
-    /// results went with it is reported in [`Settled::claim_failed`], not as the turn's
-    /// error, which would make the loop record those results again.
+    /// A target loop's turn ([`Turn`]): its attempts' results, then a claim, the claimed
+    /// events, and (when the claim took fewer than asked) the [`Look`] that tells the loop
+    /// how long to sleep. A claim that fails when results went with it is reported in
+    /// [`Settled::claim_failed`], not as the turn's error, which would make the loop record
+    /// those results again.
     pub async fn settle(&self, turn: Turn) -> Result<Settled, WriteError> {
-        match self {
-            Store::Sqlite { writer, .. } => {
-                writer
-                    .job(move |conn, now| queue::settle(conn, &turn, now))
-                    .await
-            }
-            Store::Postgres(pg) => {
-                let Turn { results, claim } = turn;
-                let mut settled = Settled::default();
-                let mut look = None;
-                // The claim's answer with what it asked for: the target, and how many.
-                let claimed = async {
-                    match claim {
-                        Some(request) => {
-                            let asked = (request.source.clone(), request.target.clone());
-                            let limit = request.limit;
-                            Some((pg.claim(request).await, asked, limit))
-                        }
-                        None => None,
-                    }
-                };
-                let recorded =
-                    futures_util::future::join_all(results.into_iter().map(|f| pg.finish(f)));
-                let (claimed, recorded) = futures_util::future::join(claimed, recorded).await;
-                settled.recorded = recorded;
-                if let Some((claimed, (source, target), limit)) = claimed {
-                    match claimed {
-                        Ok(claims) => settled.claims = claims,
-                        Err(e) if settled.recorded.is_empty() => return Err(e),
-                        Err(e) => {
-                            settled.claim_failed = Some(e);
-                            return Ok(settled);
-                        }
-                    }
-                    if settled.claims.taken() < limit {
-                        look = Some((source, target));
-                    }
-                }
-                let ids: Vec<i64> = settled.claims.claimed.iter().map(|c| c.event).collect();
-                if !ids.is_empty() {
-                    settled.events = pg.events(&ids).await;
-                }
-                if let Some((source, target)) = look {
-                    settled.look = pg.look(&source, &target).await.ok();
-                }
-                Ok(settled)
-            }
-        }
+        on_backend!(self, b => b.settle(turn).await)
     }
 
     /// Returns deliveries whose lease expired to the queue.
     pub async fn sweep(&self) -> Result<usize, WriteError> {
-        match self {
-            Store::Sqlite { writer, .. } => writer.sweep().await,
-            Store::Postgres(pg) => pg.sweep().await,
-        }
+        on_backend!(self, b => b.sweep().await)
     }
 
     /// Marks dead the pending deliveries of these (source, target) pairs, targets a reload
@@ -127,14 +156,7 @@ impl Store {
     /// targets exist, and one must not retire what the others deliver; there the operator
     /// retires a target removed everywhere with SQL (README, "More than one machine").
     pub async fn retire_targets(&self, pairs: Vec<(String, String)>) -> Result<usize, WriteError> {
-        match self {
-            Store::Sqlite { writer, .. } => {
-                writer
-                    .job(move |conn, now| queue::retire_targets(conn, &pairs, now))
-                    .await
-            }
-            Store::Postgres(_) => Ok(0),
-        }
+        on_backend!(self, b => b.retire_targets(pairs).await)
     }
 
     /// Marks dead the pending deliveries of every target not in `keep` (serve's start and
@@ -143,14 +165,7 @@ impl Store {
         &self,
         keep: Vec<(String, String)>,
     ) -> Result<usize, WriteError> {
-        match self {
-            Store::Sqlite { writer, .. } => {
-                writer
-                    .job(move |conn, now| queue::retire_unknown_targets(conn, &keep, now))
-                    .await
-            }
-            Store::Postgres(_) => Ok(0),
-        }
+        on_backend!(self, b => b.retire_unknown_targets(keep).await)
     }
 
     /// At serve's start: the window since each source was last seen receiving is recorded
@@ -163,23 +178,12 @@ impl Store {
         &self,
         replica: String,
         sources: Vec<String>,
-    ) -> anyhow::Result<(Vec<Gap>, Vec<gaps::Unconfirmed>)> {
-        match self {
-            Store::Sqlite { writer, .. } => Ok((
-                writer
-                    .job(move |conn, now| gaps::start(conn, &sources, now))
-                    .await?,
-                Vec::new(),
-            )),
-            Store::Postgres(_) => {
-                self.change(move |db, now| gaps::start_replica(db, &replica, &sources, now))
-                    .await
-            }
-        }
+    ) -> anyhow::Result<(Vec<Gap>, Vec<Unconfirmed>)> {
+        on_backend!(self, b => b.start_receiving(replica, sources).await)
     }
 
     /// See [`gaps::confirm`]: the gap found, if the replicas that looked live were not.
-    pub async fn confirm_receiving(&self, u: gaps::Unconfirmed) -> anyhow::Result<Option<Gap>> {
+    pub async fn confirm_receiving(&self, u: Unconfirmed) -> anyhow::Result<Option<Gap>> {
         self.change(move |db, _| gaps::confirm(db, &u)).await
     }
 
@@ -191,27 +195,7 @@ impl Store {
         beats: Vec<Beat>,
         stopping: Option<Vec<String>>,
     ) -> anyhow::Result<Vec<Gap>> {
-        match self {
-            Store::Sqlite { writer, .. } => Ok(writer
-                .quiet_job(move |conn, now| {
-                    let recorded = gaps::beat(conn, &beats, now)?;
-                    if let Some(names) = &stopping {
-                        gaps::stop(conn, names, now)?;
-                    }
-                    Ok(recorded)
-                })
-                .await?),
-            Store::Postgres(_) => {
-                self.change(move |db, now| {
-                    let recorded = gaps::beat_replica(db, &replica, &beats, now)?;
-                    if let Some(names) = &stopping {
-                        gaps::stop_replica(db, &replica, names, now)?;
-                    }
-                    Ok(recorded)
-                })
-                .await
-            }
-        }
+        on_backend!(self, b => b.beat(replica, beats, stopping).await)
     }
 
     /// Stores each of `events` whose identity is not stored yet (alert notifications,
@@ -219,158 +203,86 @@ impl Store {
     /// insert are one writer job; on PostgreSQL the check is a read and each is ingested as
     /// a webhook is, so two replicas storing at once store one and quarantine the other.
     pub async fn store_unless_known(&self, events: Vec<NewEvent>) -> anyhow::Result<()> {
-        const KNOWN: &str =
-            "SELECT 1 FROM events WHERE source = ?1 AND account = ?2 AND event_id = ?3";
-        if let Store::Sqlite { writer, .. } = self {
-            writer
-                .job(move |conn, now| {
-                    for e in &events {
-                        let params = rusqlite::params![&*e.source, &*e.account, e.event_id];
-                        if !conn.prepare_cached(KNOWN)?.exists(params)? {
-                            super::ingest::store(conn, e, now)?;
-                        }
-                    }
-                    Ok(())
-                })
-                .await?;
-            return Ok(());
-        }
-        for e in events {
-            let (source, account, id) = (e.source.clone(), e.account.clone(), e.event_id.clone());
-            let known = self
-                .read(move |db| {
-                    Ok(db
-                        .row(KNOWN, &[&&*source, &&*account, &id], |_| Ok(()))?
-                        .is_some())
-                })
-                .await?;
-            if !known {
-                self.ingest(e).await?;
-            }
-        }
-        Ok(())
+        on_backend!(self, b => b.store_unless_known(events).await)
     }
 
     /// Whether other processes write this inbox too (replicas on PostgreSQL): what one
     /// learns (a handshake's secret) the others must read again.
     pub fn shared(&self) -> bool {
-        matches!(self, Store::Postgres(_))
+        on_backend!(self, b => b.shared())
     }
 
-    /// Whether a target is paused, and when its next claimable delivery is due (inbox text).
-    pub async fn look(
-        &self,
-        source: &str,
-        target: &str,
-    ) -> Result<(Option<Paused>, Option<String>), String> {
-        match self {
-            Store::Sqlite { readers, .. } => {
-                let (pool, source, target) =
-                    (readers.clone(), source.to_owned(), target.to_owned());
-                tokio::task::spawn_blocking(move || {
-                    let conn = pool.get().map_err(|e| e.to_string())?;
-                    let paused = pause::all(super::sql::Db::Sqlite(&conn))
-                        .map_err(|e| e.to_string())?
-                        .into_iter()
-                        .find(|p| p.source == source && p.target == target);
-                    let due =
-                        queue::next_due(&conn, &source, &target).map_err(|e| e.to_string())?;
-                    Ok((paused, due))
-                })
-                .await
-                .map_err(|e| e.to_string())?
-            }
-            Store::Postgres(pg) => pg.look(source, target).await,
-        }
+    /// Whether a target is paused, and when its next claimable delivery is due.
+    pub async fn look(&self, source: &str, target: &str) -> Result<Look, String> {
+        on_backend!(self, b => b.look(source, target).await)
     }
 
     /// The events with these row ids, by id (a missing id is not in the map).
     pub async fn events(&self, ids: Vec<i64>) -> Result<HashMap<i64, EventData>, String> {
-        match self {
-            Store::Sqlite { readers, .. } => {
-                let pool = readers.clone();
-                tokio::task::spawn_blocking(move || {
-                    let conn = pool.get().map_err(|e| e.to_string())?;
-                    queue::events(&conn, &ids).map_err(|e| e.to_string())
-                })
-                .await
-                .map_err(|e| e.to_string())?
-            }
-            Store::Postgres(pg) => pg.events(&ids).await,
-        }
+        on_backend!(self, b => b.events(ids).await)
     }
 
     /// The figures `/metrics` shows. The delivery counts are of the backlog's states
     /// ([`crate::metrics::BACKLOG_STATES`]) only, unless `settled` asks for every state too,
     /// which walks every delivery row.
     pub async fn gauges(&self, settled: bool) -> Result<Gauges, String> {
-        match self {
-            Store::Sqlite { readers, .. } => {
-                let pool = readers.clone();
-                tokio::task::spawn_blocking(move || {
-                    let conn = pool.get().map_err(|e| e.to_string())?;
-                    let s = |e: rusqlite::Error| e.to_string();
-                    let p = |e: super::sql::Error| e.to_string();
-                    let (counts, oldest_pending) = read::gauges(&conn, settled).map_err(s)?;
-                    Ok(Gauges {
-                        counts,
-                        oldest_pending,
-                        paused: pause::all(super::sql::Db::Sqlite(&conn)).map_err(p)?,
-                        pages: Some(super::page_counts(&conn).map_err(s)?),
-                    })
-                })
-                .await
-                .map_err(|e| e.to_string())?
-            }
-            Store::Postgres(pg) => pg.gauges(settled).await,
-        }
+        on_backend!(self, b => b.gauges(settled).await)
+    }
+
+    /// One chunk of `rule`'s retention as of `now`, in one short write among the webhooks'
+    /// batches ([`retention`]). `walk` is where the last chunk of this rule stopped (on
+    /// SQLite, which walks `events` by id); the walk returned is where this one did.
+    pub async fn prune_chunk(
+        &self,
+        rule: Rule,
+        now: SystemTime,
+        walk: Walk,
+    ) -> Result<(Pruned, Walk), WriteError> {
+        on_backend!(self, b => b.prune_chunk(rule, now, walk).await)
+    }
+
+    /// Gives one step of free pages back to the file system; how many. Zero means there is
+    /// nothing more to give (always on PostgreSQL, whose autovacuum reuses the space).
+    pub async fn release_free_pages(&self) -> Result<i64, WriteError> {
+        on_backend!(self, b => b.release_free_pages().await)
+    }
+
+    /// Offers the backend a moment of housekeeping: on SQLite a WAL checkpoint, done only
+    /// if the writer has been idle for a while; on PostgreSQL nothing (the server has its
+    /// own).
+    pub async fn checkpoint_if_idle(&self) {
+        on_backend!(self, b => b.checkpoint_if_idle().await)
+    }
+
+    /// The size of SQLite's write-ahead log, for `/metrics`; none on PostgreSQL.
+    pub fn wal_bytes(&self) -> Option<u64> {
+        on_backend!(self, b => b.wal_bytes())
     }
 
     /// Waits until the store has drained what was queued before this call.
     pub async fn ping(&self) -> Result<(), WriteError> {
-        match self {
-            Store::Sqlite { writer, .. } => writer.ping().await,
-            Store::Postgres(pg) => pg.ping().await,
-        }
+        on_backend!(self, b => b.ping().await)
     }
 
     /// Whether the last commit succeeded.
-    pub fn health(&self) -> &Health {
-        match self {
-            Store::Sqlite { writer, .. } => writer.health(),
-            Store::Postgres(pg) => pg.health(),
-        }
+    pub fn health(&self) -> &CommitHealth {
+        on_backend!(self, b => b.health())
     }
 
     /// Where commits of new events are announced (within this process).
     pub fn commits(&self) -> &Commits {
-        match self {
-            Store::Sqlite { writer, .. } => writer.commits(),
-            Store::Postgres(pg) => pg.commits(),
-        }
+        on_backend!(self, b => b.commits())
     }
 
-    /// Runs `read` on a connection that reads the inbox, the operator's SQL (the web
-    /// inbox's pages): on SQLite a read-only one next to the writer.
+    /// Runs `read` on a connection that reads the inbox (the web inbox's pages, alerts'
+    /// judging): on SQLite a read-only one next to the writer. `read` asks [`Db`]'s typed
+    /// questions.
     pub async fn read<T, F>(&self, read: F) -> anyhow::Result<T>
     where
         T: Send + 'static,
         F: FnOnce(Db) -> anyhow::Result<T> + Send + 'static,
     {
-        let run: Box<dyn FnOnce() -> anyhow::Result<T> + Send> = match self {
-            Store::Sqlite { readers, .. } => {
-                let pool = readers.clone();
-                Box::new(move || {
-                    let conn = pool.get()?;
-                    read(Db::Sqlite(&conn))
-                })
-            }
-            Store::Postgres(pg) => {
-                let pool = pg.operator().clone();
-                Box::new(move || pool.with(read))
-            }
-        };
-        tokio::task::spawn_blocking(run).await?
+        on_backend!(self, b => b.read(read).await)
     }
 
     /// Runs `change` in one write transaction, with the time as inbox text (the web
@@ -379,31 +291,220 @@ impl Store {
     pub async fn change<T, F>(&self, change: F) -> anyhow::Result<T>
     where
         T: Send + 'static,
-        F: FnMut(Db, &str) -> Result<T, sql::Error> + Send + 'static,
+        F: FnMut(Db, &str) -> Result<T, Error> + Send + 'static,
     {
-        let mut change = change;
-        match self {
-            Store::Sqlite { writer, .. } => Ok(writer
-                .job(move |conn, now| Ok(change(Db::Sqlite(conn), now)?))
-                .await?),
-            Store::Postgres(pg) => {
-                let pool = pg.operator().clone();
-                tokio::task::spawn_blocking(move || {
-                    let now = crate::clock::iso_now();
-                    pool.with(|db| db.write(|tx| Ok(change(tx, &now)?)))
-                })
-                .await?
+        on_backend!(self, b => b.change(change).await)
+    }
+}
+
+/// Where the inbox is, as the configuration (or `--db`) names it; not yet open. The one
+/// place that tells the backends apart by their settings.
+#[derive(Clone)]
+pub struct Location(Where);
+
+#[derive(Clone)]
+enum Where {
+    Sqlite(PathBuf, config::Synchronous),
+    Postgres(config::PgStore),
+}
+
+/// Where the inbox is and how it commits, as `check` reports it.
+#[derive(Debug, serde::Serialize)]
+pub struct Described {
+    /// The SQLite file, or the PostgreSQL URL.
+    pub path: String,
+    pub backend: &'static str,
+    pub synchronous: &'static str,
+}
+
+/// What `serve` holds of an open inbox besides its [`Store`]: on SQLite the writer thread,
+/// joined at shutdown after the last handle is dropped, and the lock that keeps a second
+/// serve away.
+pub struct Held {
+    sqlite: Option<sqlite::Held>,
+}
+
+impl Held {
+    /// Waits up to `wait` for the SQLite writer thread to commit what is queued and close
+    /// the inbox (every [`Store`] handle must be dropped first), then lets the inbox's lock
+    /// go. On PostgreSQL every answered event is committed already; the batchers end with
+    /// their last handle.
+    pub async fn close(self, wait: std::time::Duration) {
+        match self.sqlite {
+            Some(held) => held.close(wait).await,
+            None => tracing::info!("stopped"),
+        }
+    }
+}
+
+impl Location {
+    /// Where the configuration keeps the inbox.
+    pub fn of(store: &config::Store) -> Location {
+        match &store.backend {
+            config::Backend::Sqlite => {
+                Location(Where::Sqlite(store.path.clone(), store.synchronous))
+            }
+            config::Backend::Postgres(pg) => Location(Where::Postgres(pg.clone())),
+        }
+    }
+
+    /// A SQLite file named on the command line (`--db`).
+    pub fn file(path: PathBuf) -> Location {
+        Location(Where::Sqlite(path, config::Synchronous::Full))
+    }
+
+    /// The inbox as messages name it: its file, or its database's URL (no password).
+    pub fn name(&self) -> String {
+        match &self.0 {
+            Where::Sqlite(path, _) => path.display().to_string(),
+            Where::Postgres(store) => store.url.clone(),
+        }
+    }
+
+    /// What `serve`'s next start will do to an inbox of an older hookinbox that an
+    /// operator should plan for (`check` says it): on SQLite, a conversion that rewrites
+    /// the file or copies many rows. A PostgreSQL inbox migrates in its own database (a
+    /// file left behind by `migrate-store` is never opened again).
+    pub fn upgrade_warnings(&self) -> Vec<String> {
+        match &self.0 {
+            Where::Sqlite(path, _) => sqlite::upgrade::warnings(path),
+            Where::Postgres(_) => Vec::new(),
+        }
+    }
+
+    /// The inbox as `check` reports it.
+    pub fn describe(&self) -> Described {
+        match &self.0 {
+            Where::Sqlite(path, sync) => Described {
+                path: path.display().to_string(),
+                backend: "sqlite",
+                synchronous: match sync {
+                    config::Synchronous::Full => "full",
+                    config::Synchronous::Normal => "normal",
+                },
+            },
+            Where::Postgres(pg) => Described {
+                path: pg.url.clone(),
+                backend: "postgres",
+                synchronous: "synchronous_commit=on",
+            },
+        }
+    }
+
+    /// The SQLite file, when the inbox is one.
+    pub fn sqlite_path(&self) -> Option<&Path> {
+        match &self.0 {
+            Where::Sqlite(path, _) => Some(path),
+            Where::Postgres(_) => None,
+        }
+    }
+
+    /// Whether it is a SQLite file that does not exist yet (`serve` creates it).
+    pub fn missing(&self) -> bool {
+        self.sqlite_path().is_some_and(|p| !p.exists())
+    }
+
+    /// The SQLite file, for the commands that only SQLite has (backup, migrate-store); on
+    /// PostgreSQL an error that says what to use instead.
+    pub fn sqlite_only(&self, what: &str, instead: &str) -> anyhow::Result<&Path> {
+        match &self.0 {
+            Where::Sqlite(path, _) => Ok(path),
+            Where::Postgres(store) => anyhow::bail!(
+                "{what} works on a SQLite inbox; this configuration keeps the inbox in \
+                 PostgreSQL ({}): {instead}",
+                store.url
+            ),
+        }
+    }
+
+    /// For reading only: SQLite read-only, so that a running serve's writer is never held up.
+    pub fn read(&self) -> anyhow::Result<Open> {
+        self.open(false)
+    }
+
+    /// For reading and steering (pause, replay): SQLite read-write, next to a running serve.
+    pub fn write(&self) -> anyhow::Result<Open> {
+        self.open(true)
+    }
+
+    fn open(&self, write: bool) -> anyhow::Result<Open> {
+        use anyhow::Context as _;
+        match &self.0 {
+            Where::Sqlite(path, _) => {
+                let conn = if write {
+                    sqlite::schema::open_current(path)
+                } else {
+                    sqlite::read::open_current(path)
+                };
+                Ok(Open::Sqlite(conn.with_context(|| {
+                    format!("opening the inbox {}", path.display())
+                })?))
+            }
+            Where::Postgres(store) => Ok(Open::Postgres(
+                postgres::session::PgConn::open(store)
+                    .with_context(|| format!("opening the inbox {}", store.url))?,
+            )),
+        }
+    }
+
+    /// Opens the inbox for `serve`: on SQLite takes the inbox's lock, creates and migrates
+    /// the file and starts the writer thread; on PostgreSQL connects, migrates and starts
+    /// the batchers. Fails (and `serve` with it) when the inbox cannot be used.
+    pub async fn serve(&self, metrics: Arc<Metrics>) -> anyhow::Result<(Store, Held)> {
+        use anyhow::Context as _;
+        match &self.0 {
+            Where::Sqlite(path, sync) => {
+                let (store, held) = SqliteStore::start(path, *sync, metrics)?;
+                Ok((Store(Either::Sqlite(store)), Held { sqlite: Some(held) }))
+            }
+            Where::Postgres(pg) => {
+                let store = PostgresStore::start(pg, metrics)
+                    .await
+                    .map_err(anyhow::Error::new)
+                    .with_context(|| format!("opening the PostgreSQL inbox at {}", pg.url))?;
+                Ok((Store(Either::Postgres(store)), Held { sqlite: None }))
             }
         }
     }
 
-    /// The SQLite writer and read pool, for what has a SQLite way of its own (the
-    /// heartbeat's quiet jobs, the WAL checkpoint, start-up's retiring of removed targets,
-    /// alert notifications in one job, gaps at start).
-    pub fn sqlite(&self) -> Option<(&Writer, &read::Pool)> {
-        match self {
-            Store::Sqlite { writer, readers } => Some((writer, readers)),
-            Store::Postgres(_) => None,
+    /// Opens the inbox as a [`Store`] for an operator's command that runs `serve`'s
+    /// machinery (`prune`, `recover`) beside a running serve: never migrating, never
+    /// taking the inbox's lock (on PostgreSQL, batchers for this command alone).
+    pub async fn for_command(&self, metrics: Arc<Metrics>) -> anyhow::Result<(Store, Held)> {
+        use anyhow::Context as _;
+        match &self.0 {
+            Where::Sqlite(path, _) => {
+                let (store, held) = SqliteStore::for_command(path, metrics)?;
+                Ok((Store(Either::Sqlite(store)), Held { sqlite: Some(held) }))
+            }
+            Where::Postgres(pg) => {
+                let store = PostgresStore::for_command(pg, metrics)
+                    .await
+                    .map_err(anyhow::Error::new)
+                    .with_context(|| format!("opening the inbox {}", pg.url))?;
+                Ok((Store(Either::Postgres(store)), Held { sqlite: None }))
+            }
         }
     }
+}
+
+/// A schema file's "-- migrate: N" sections: (version, SQL), in file order.
+pub(crate) fn schema_sections(schema: &'static str) -> Vec<(i64, &'static str)> {
+    // A marker is a line of its own; the file's header mentions the marker mid-line.
+    const MARK: &str = "\n-- migrate: ";
+    let mut out = Vec::new();
+    let mut rest = schema;
+    while let Some(start) = rest.find(MARK) {
+        let after = &rest[start + MARK.len()..];
+        let line_end = after.find('\n').unwrap_or(after.len());
+        let version: i64 = after[..line_end]
+            .trim()
+            .parse()
+            .expect("a schema file's migrate marker is followed by its version number");
+        let body = &after[line_end..];
+        let end = body.find(MARK).unwrap_or(body.len());
+        out.push((version, &body[..end]));
+        rest = &body[end..];
+    }
+    out
 }

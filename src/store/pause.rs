@@ -13,18 +13,8 @@
 //! read-only connection. A target's loop sees a change within its idle poll (a second);
 //! inside `serve`, `Writer::commits().all()` after the job wakes every loop at once.
 
-use super::sql::{Db, Error};
-
-/// One paused target.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Paused {
-    pub source: String,
-    pub target: String,
-    /// When it was paused (inbox text).
-    pub paused_at: String,
-    /// Who paused it, as they gave it.
-    pub paused_by: String,
-}
+use crate::store::Paused;
+use crate::store::db::{Db, Error};
 
 /// Pauses (`paused`) or resumes a target; true when that changed something. Pausing a
 /// paused target keeps the first pause's time and name (the queue has been held since
@@ -78,8 +68,12 @@ mod tests {
     #[test]
     fn set_says_whether_it_changed_anything_and_keeps_the_first_pause() {
         let dir = tempfile::tempdir().unwrap();
-        let conn = super::super::open_writer(&dir.path().join("inbox.db"), Synchronous::Full, true)
-            .unwrap();
+        let conn = crate::store::sqlite::schema::open_writer(
+            &dir.path().join("inbox.db"),
+            Synchronous::Full,
+            true,
+        )
+        .unwrap();
         let conn = Db::Sqlite(&conn);
         let (t1, t2) = ("2026-11-30T07:00:00.000Z", "2026-11-30T08:00:00.000Z");
         assert!(set(conn, "sw", "app", true, "alice", t1).unwrap());

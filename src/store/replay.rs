@@ -15,7 +15,7 @@
 use rusqlite::types::Value;
 use serde::Serialize;
 
-use super::sql::{self, Db, Dialect};
+use crate::store::db::{self, Db, Dialect};
 
 /// Deliveries re-queued per transaction (one [`requeue`] call), so that a large replay never
 /// holds the write lock for long: `serve`'s writer waits at most 2 s for a lock held by
@@ -194,14 +194,14 @@ pub struct Listed {
 /// they can. Only reads. The counts and the list are separate short statements, so a
 /// delivery that changes between them can be counted in one and listed in the other;
 /// [`requeue`] checks eligibility again in its own transaction, which is what counts.
-pub fn plan(db: Db, f: &Filter) -> Result<Plan, sql::Error> {
+pub fn plan(db: Db, f: &Filter) -> Result<Plan, db::Error> {
     if !f.selects() {
         return Ok(Plan::default());
     }
     let (filter, values) = f.clause(db.dialect());
-    let params = sql::refs(&values);
+    let params = db::refs(&values);
     let outdated = outdated(db.dialect());
-    let count = |extra: &str| -> Result<usize, sql::Error> {
+    let count = |extra: &str| -> Result<usize, db::Error> {
         let sql = format!(
             "SELECT count(*) FROM deliveries d JOIN events e ON e.id = d.event
               WHERE {filter} AND {extra}"
@@ -254,7 +254,7 @@ fn listing(f: &Filter, filter: &str, dialect: Dialect) -> String {
 /// again here, since an attempt may have started, or retention run, after the plan; and
 /// only while it is still in the state it was planned in, so that one delivered meanwhile
 /// (chosen as `pending`, or by its last error) is not sent again.
-pub fn requeue(db: Db, planned: &[Listed], now: &str) -> Result<usize, sql::Error> {
+pub fn requeue(db: Db, planned: &[Listed], now: &str) -> Result<usize, db::Error> {
     if planned.is_empty() {
         return Ok(0);
     }
@@ -275,7 +275,7 @@ pub fn requeue(db: Db, planned: &[Listed], now: &str) -> Result<usize, sql::Erro
         params.push(Value::Integer(d.delivery));
         params.push(Value::Text(d.state.clone()));
     }
-    db.execute(&sql, &sql::refs(&params))
+    db.execute(&sql, &db::refs(&params))
 }
 
 /// A delivery `d` that replay may change.
@@ -290,8 +290,8 @@ fn eligible(dialect: Dialect) -> String {
 /// again, it would only be superseded.
 fn outdated(dialect: Dialect) -> &'static str {
     match dialect {
-        Dialect::Sqlite => super::queue::OUTDATED,
-        Dialect::Postgres => super::pg::OUTDATED,
+        Dialect::Sqlite => super::sqlite::queue::OUTDATED,
+        Dialect::Postgres => super::postgres::OUTDATED,
     }
 }
 
@@ -319,7 +319,7 @@ mod tests {
     fn dead_and_in_flight_are_read_off_their_partial_indexes() {
         // No index leads with the state since schema 8: a bound state made every replay of
         // dead deliveries walk the whole table.
-        let (_dir, conn) = super::super::temp_inbox();
+        let (_dir, conn) = crate::store::sqlite::schema::temp_inbox();
         for (state, index) in [
             ("dead", "deliveries_dead"),
             ("in_flight", "deliveries_leases"),
@@ -331,7 +331,7 @@ mod tests {
             let (filter, values) = f.clause(Dialect::Sqlite);
             assert!(values.is_empty(), "{values:?}");
             let sql = listing(&f, &filter, Dialect::Sqlite);
-            let plan = super::super::query_plan(&conn, &sql, []);
+            let plan = crate::store::sqlite::schema::query_plan(&conn, &sql, []);
             assert!(
                 plan.iter()
                     .any(|step| step == &format!("SCAN d USING INDEX {index}")),

@@ -19,10 +19,10 @@ use rusqlite::{Connection, params};
 use serde::Serialize;
 use tokio::sync::watch;
 
-use super::sql::{Db, Dialect};
-use super::writer::Writer;
+use super::{Store, WriteError};
 use crate::clock;
 use crate::config::Source;
+use crate::store::db::{Db, Dialect};
 
 /// Rows changed per transaction.
 pub const CHUNK: i64 = 500;
@@ -272,6 +272,16 @@ pub struct Walk {
     pub caught_up: bool,
 }
 
+impl Walk {
+    /// A walk with nothing left: what a chunk that needs no walk (PostgreSQL's) returns.
+    pub fn done() -> Walk {
+        Walk {
+            caught_up: true,
+            ..Walk::default()
+        }
+    }
+}
+
 /// `serve`'s walks, one per source, kept between retention runs so that each run looks
 /// only at the rows that became due since the last (a pass over every row kept would grow
 /// with the inbox), and started over every [`WALKS_START_OVER`].
@@ -360,7 +370,7 @@ fn walk_chunk(
     at: &mut i64,
 ) -> rusqlite::Result<(usize, bool, i64)> {
     let test = kind.walked().expect("a walked kind");
-    let end = super::timeline::first_id_at(conn, cutoff)?;
+    let end = super::sqlite::timeline::first_id_at(conn, cutoff)?;
     // Ids are given from the highest one left: once every row was pruned they start
     // again from 1, below where the walk stopped.
     let next_id: i64 = conn
@@ -417,7 +427,7 @@ fn walk_chunk(
 
 /// What [`prune_chunk`] (or PostgreSQL's prune) would do for `rule`, counted in full (a
 /// dry run).
-pub fn count(db: Db, rule: &Rule, now: SystemTime) -> Result<Pruned, super::sql::Error> {
+pub fn count(db: Db, rule: &Rule, now: SystemTime) -> Result<Pruned, crate::store::db::Error> {
     let mut would = Pruned::default();
     for kind in KINDS {
         let cutoff = kind.cutoff(rule, now);
@@ -431,7 +441,7 @@ pub fn count(db: Db, rule: &Rule, now: SystemTime) -> Result<Pruned, super::sql:
                         rule.source,
                         cutoff,
                         kind.walk_floor(conn)?,
-                        super::timeline::first_id_at(conn, &cutoff)?
+                        super::sqlite::timeline::first_id_at(conn, &cutoff)?
                     ],
                     |r| r.get(0),
                 )?,
@@ -448,36 +458,26 @@ pub fn count(db: Db, rule: &Rule, now: SystemTime) -> Result<Pruned, super::sql:
     Ok(would)
 }
 
-/// Applies every rule through the writer, chunk by chunk, then gives the freed pages back
-/// to the file system in steps ([`super::release_free_pages`]), until done or until `stop`
-/// is set (a shutdown does not wait for a long backlog; the next run goes on). Every chunk
-/// and every step is one writer job, so webhooks share its batches and wait for one step
-/// at most.
+/// Applies every rule, chunk by chunk, then gives the freed pages back to the file system
+/// in steps, until done or until `stop` is set (a shutdown does not wait for a long
+/// backlog; the next run goes on). Every chunk and every step is one short write among the
+/// webhooks' batches, so they wait for one step at most.
 pub async fn apply(
-    writer: &Writer,
+    store: &Store,
     rules: &[Rule],
     walks: &Walks,
     stop: &watch::Receiver<bool>,
-) -> Result<Pruned, super::writer::WriteError> {
+) -> Result<Pruned, WriteError> {
     let mut total = chunk_by_chunk(rules, stop, |rule| async move {
         let walk = walks.take(&rule.source);
         let source = rule.source.clone();
-        let (done, walk) = writer
-            .job(move |conn, _| {
-                // From the same start if the writer runs the job again after a rollback.
-                let mut walk = walk;
-                let done = prune_chunk(conn, &rule, SystemTime::now(), &mut walk)?;
-                Ok((done, walk))
-            })
-            .await?;
+        let (done, walk) = store.prune_chunk(rule, SystemTime::now(), walk).await?;
         walks.put(&source, walk);
         Ok((done, walk.caught_up))
     })
     .await?;
     while !*stop.borrow() {
-        let released = writer
-            .job(|conn, _| super::release_free_pages(conn))
-            .await?;
+        let released = store.release_free_pages().await?;
         total.released_pages += released;
         if released == 0 {
             break;
@@ -493,10 +493,10 @@ async fn chunk_by_chunk<F, Fut>(
     rules: &[Rule],
     stop: &watch::Receiver<bool>,
     prune: F,
-) -> Result<Pruned, super::writer::WriteError>
+) -> Result<Pruned, WriteError>
 where
     F: Fn(Rule) -> Fut,
-    Fut: std::future::Future<Output = Result<(Pruned, bool), super::writer::WriteError>>,
+    Fut: std::future::Future<Output = Result<(Pruned, bool), WriteError>>,
 {
     let mut total = Pruned::default();
     for rule in rules {
@@ -515,25 +515,12 @@ where
     Ok(total)
 }
 
-/// [`apply`] on a PostgreSQL inbox: chunk by chunk through its queue batcher (PostgreSQL
-/// gives freed space back to itself; its autovacuum reuses it).
-async fn apply_pg(
-    inbox: &super::pg::Inbox,
-    rules: &[Rule],
-    stop: &watch::Receiver<bool>,
-) -> Result<Pruned, super::writer::WriteError> {
-    chunk_by_chunk(rules, stop, |rule| async move {
-        inbox.prune(rule).await.map(|done| (done, true))
-    })
-    .await
-}
-
 /// `serve`'s maintenance: retention every `interval` (the first no later than
 /// [`FIRST_RUN_AFTER`]), and on SQLite an offer of an idle WAL checkpoint every
 /// [`CHECKPOINT_EVERY`]. With several replicas on PostgreSQL each runs it; their chunks
 /// skip the rows another holds.
 pub async fn run_periodically(
-    store: super::Store,
+    store: Store,
     settings: Settings,
     interval: Duration,
     mut stop: watch::Receiver<bool>,
@@ -549,13 +536,8 @@ pub async fn run_periodically(
     loop {
         tokio::select! {
             _ = stop.changed() => return,
-            _ = checkpoint.tick() => if let Some((writer, _)) = store.sqlite() {
-                writer.checkpoint_if_idle().await;
-            },
-            _ = prune.tick() => match match &store {
-                super::Store::Sqlite { writer, .. } => apply(writer, &settings.rules(), &walks, &stop).await,
-                super::Store::Postgres(inbox) => apply_pg(inbox, &settings.rules(), &stop).await,
-            } {
+            _ = checkpoint.tick() => store.checkpoint_if_idle().await,
+            _ = prune.tick() => match apply(&store, &settings.rules(), &walks, &stop).await {
                 Ok(p) if p.total() > 0 || p.released_pages > 0 => tracing::info!(
                     payloads = p.payloads, events = p.events, conflicts = p.conflicts,
                     attempts = p.attempts, order_keys = p.order_keys, recovery = p.recovery,
@@ -570,7 +552,8 @@ pub async fn run_periodically(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{Synchronous, open_writer};
+    use crate::config::Synchronous;
+    use crate::store::sqlite::schema::open_writer;
 
     const DAY: Duration = Duration::from_secs(86_400);
 
@@ -711,7 +694,8 @@ mod tests {
 
     #[test]
     fn the_newest_event_per_source_outlives_its_rows_and_counts_read_the_window() {
-        use crate::store::ingest::{NewEvent, Origin, store};
+        use crate::store::sqlite::ingest::store;
+        use crate::store::{NewEvent, Origin};
         let dir = tempfile::tempdir().unwrap();
         let c = open_writer(&dir.path().join("inbox.db"), Synchronous::Full, true).unwrap();
         let ingest = |source: &str, id: &str, at: &str| {

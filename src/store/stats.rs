@@ -4,11 +4,11 @@
 //! [`super::timeline`], and the newest event per source from `latest_received`; on
 //! PostgreSQL the index `events_age`), the attempt query the index `attempts_started`;
 //! the queue's (pending and dead per target) read every pending or dead row of the target,
-//! on SQLite its stretch of `deliveries_due` ([`super::read::backlog`]), on PostgreSQL
+//! on SQLite its stretch of `deliveries_due` ([`super::sqlite::read::backlog`]), on PostgreSQL
 //! through `deliveries_state`; either stays short while the backlog and the dead rows kept
 //! are thousands, not millions.
 
-use super::sql::{Db, Error};
+use crate::store::db::{Db, Dialect, Error};
 
 /// One source over a window.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -64,7 +64,7 @@ pub fn sources(db: Db, names: &[String], since: &str) -> Result<Vec<SourceStats>
                 // `+source`: grouping by the identity index would read every row.
                 "SELECT source, count(*), max(received_at) FROM events
                   WHERE id >= ?1 AND received_at >= ?2 GROUP BY +source",
-                &[&super::timeline::first_id_at(conn, since)?, &since],
+                &[&super::sqlite::timeline::first_id_at(conn, since)?, &since],
                 |r| Ok((r.get::<String>(0)?, r.get::<i64>(1)?, r.get::<String>(2)?)),
             )? {
                 match latest.iter_mut().find(|(s, _)| *s == source) {
@@ -143,7 +143,7 @@ pub fn targets(db: Db, pairs: &[(String, String)], since: &str) -> Result<Vec<Ta
         // Per target, from its stretch of `deliveries_due`: no index leads with the state.
         Db::Sqlite(conn) => {
             for (i, t) in out.iter().enumerate() {
-                let b = super::read::backlog(conn, &t.source, &t.target)?;
+                let b = super::sqlite::read::backlog(conn, &t.source, &t.target)?;
                 if let Some((_, created)) = b.first {
                     updates.push((i, Update::Pending(b.pending + b.in_flight, created)));
                 }
@@ -187,4 +187,38 @@ enum Update {
     Attempts(i64, i64),
     Pending(i64, String),
     Dead(i64),
+}
+
+/// Per source, the conflicts seen since `since` (inbox text): how many, and the first
+/// time one was seen.
+pub fn new_conflicts(db: Db, since: &str) -> Result<Vec<(String, i64, String)>, Error> {
+    db.rows(
+        "SELECT source, count(*), min(last_seen_at) FROM conflicts
+          WHERE last_seen_at >= ?1 GROUP BY source ORDER BY source",
+        &[&since],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )
+}
+
+/// Per (source, target), the deliveries that died since `since` (inbox text), but those of
+/// `except` (a source whose dead deliveries are not news): how many, and when the first
+/// died. Read from `deliveries_dead` on SQLite, which the planner would not choose alone.
+pub fn new_dead(
+    db: Db,
+    since: &str,
+    except: &str,
+) -> Result<Vec<(String, String, i64, String)>, Error> {
+    let deliveries = match db.dialect() {
+        Dialect::Sqlite => "deliveries INDEXED BY deliveries_dead",
+        Dialect::Postgres => "deliveries",
+    };
+    db.rows(
+        &format!(
+            "SELECT source, target, count(*), min(updated_at) FROM {deliveries}
+              WHERE state = 'dead' AND updated_at >= ?1 AND source <> ?2
+              GROUP BY 1, 2 ORDER BY 1, 2"
+        ),
+        &[&since, &except],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+    )
 }

@@ -32,8 +32,8 @@ use maud::{Markup, html};
 
 use crate::alerts::Board;
 use crate::config::{self, Source};
+use crate::store::Db;
 use crate::store::Store;
-use crate::store::sql::Db;
 
 /// No script, no frame, no plugin, nothing from elsewhere: the page's one stylesheet and its
 /// own forms. `form-action 'self'` keeps an injected form from posting anywhere else.

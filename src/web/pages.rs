@@ -4,20 +4,18 @@
 
 use std::time::{Duration, SystemTime};
 
+use super::{Page, body, respond};
+use crate::store::stats;
+use crate::store::views::conflicts::ConflictSide;
+use crate::store::views::events::{EventFilter, EventRow, Range};
+use crate::terminal::escape;
+use crate::{clock, store};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::Response;
 use hyper::header;
 use hyper::http::StatusCode;
 use maud::{DOCTYPE, Markup, html};
-use rusqlite::types::Value;
-
-use super::{Page, body, respond};
-use crate::commands::{conflicts, dead, show};
-use crate::store::sql::{self, Db, Dialect};
-use crate::store::{stats, timeline};
-use crate::terminal::escape;
-use crate::{clock, store};
 
 /// Events a page lists.
 const PAGE_SIZE: i64 = 50;
@@ -110,80 +108,41 @@ fn encode(pairs: &[(&str, String)]) -> String {
     s.finish()
 }
 
-/// One row of the event list.
-struct Row {
-    id: i64,
-    received_at: String,
-    source: String,
-    event_id: String,
-    event_type: Option<String>,
-    size: i64,
-    status: String,
-    deliveries: Option<String>,
-    /// `api` for an event `recover` fetched from the provider's API.
-    origin: String,
+impl Filters {
+    /// What the store's event listing selects.
+    fn select(&self) -> EventFilter {
+        EventFilter {
+            source: self.source.clone(),
+            status: self.status.clone(),
+            event_type: self.event_type.clone(),
+            id_contains: self.q.clone(),
+            since: self.since.clone(),
+            until: self.until.clone(),
+        }
+    }
 }
 
-/// The event list's query: only fixed fragments in the SQL, every value a parameter. As in
-/// `hookinbox events`, the primary key is walked downwards, the unary `+` keeps SQLite
-/// from sorting every match of a source before the first page, and a time window bounds
-/// the ids walked.
-fn list_events(db: Db, f: &Filters, before: Option<i64>, limit: i64) -> anyhow::Result<Vec<Row>> {
-    let mut sql = String::from(
-        "SELECT v.id, v.received_at, v.source, v.event_id, v.event_type, v.size, v.status,
-                v.deliveries, v.origin
-           FROM recent_events v WHERE TRUE",
-    );
-    let (unindexed, contains) = match db.dialect() {
-        Dialect::Sqlite => ("+", "instr(v.event_id, ?) > 0"),
-        Dialect::Postgres => ("", "strpos(v.event_id, ?) > 0"),
-    };
-    let mut values: Vec<Value> = Vec::new();
-    let mut filter = |clause: &str, value: Value| {
-        sql.push_str(clause);
-        values.push(value);
-    };
-    if let Some(s) = &f.source {
-        filter(&format!(" AND {unindexed}v.source = ?"), s.clone().into());
-    }
-    if let Some(t) = &f.event_type {
-        filter(" AND v.event_type = ?", t.clone().into());
-    }
-    if let Some(s) = &f.status {
-        filter(" AND v.status = ?", s.clone().into());
-    }
-    if let Some(q) = &f.q {
-        filter(&format!(" AND {contains}"), q.clone().into());
-    }
-    if let Some(id) = before {
-        filter(" AND v.id < ?", id.into());
-    }
-    timeline::window(
-        db,
-        f.since.as_deref(),
-        f.until.as_deref(),
-        &mut sql,
-        &mut values,
-    )?;
-    sql.push_str(" ORDER BY v.id DESC LIMIT ?");
-    values.push(limit.into());
-    let rows = db.rows(&sql, &sql::refs(&values), |r| {
-        Ok(Row {
-            id: r.get(0)?,
-            received_at: r.get(1)?,
-            source: r.get(2)?,
-            event_id: r.get(3)?,
-            event_type: r.get(4)?,
-            size: r.get(5)?,
-            status: r.get(6)?,
-            deliveries: r.get(7)?,
-            origin: r.get(8)?,
-        })
-    })?;
-    Ok(rows)
+/// The newest events `f` selects, below `before` when given: as in `hookinbox events`.
+fn list_events(
+    db: crate::store::Db,
+    f: &Filters,
+    before: Option<i64>,
+    limit: i64,
+) -> anyhow::Result<Vec<EventRow>> {
+    db.events(&f.select(), &Range::Page { before, limit })
 }
 
-fn events_table(rows: &[Row]) -> Markup {
+/// An event's deliveries in a word each: `target=state …`.
+fn deliveries(e: &EventRow) -> String {
+    let words: Vec<String> = e
+        .deliveries
+        .iter()
+        .map(|d| format!("{}={}", d.target, d.state))
+        .collect();
+    words.join(" ")
+}
+
+fn events_table(rows: &[EventRow]) -> Markup {
     html! {
         div.scroll {
             table {
@@ -207,7 +166,7 @@ fn events_table(rows: &[Row]) -> Markup {
                             td { (r.event_type.as_deref().map(p).unwrap_or_else(|| "–".into())) }
                             td.num { (r.size) }
                             td { span class=(state_class(&r.status)) { (r.status) } }
-                            td { (r.deliveries.as_deref().map(p).unwrap_or_default()) }
+                            td { (p(&deliveries(r))) }
                         }
                     }
                     @if rows.is_empty() {
@@ -480,14 +439,11 @@ impl Page<'_> {
     pub(super) async fn event(&self, id: i64) -> Response<Full<Bytes>> {
         let shown = match self
             .read(move |db| {
-                if db
-                    .row("SELECT 1 FROM events WHERE id = ?1", &[&id], |_| Ok(()))?
-                    .is_none()
-                {
+                let Some(event) = db.event(id)? else {
                     return Ok(None);
-                }
+                };
                 let paused = store::pause::all(db)?;
-                Ok(Some((show::load(db, id)?, paused)))
+                Ok(Some((event, paused)))
             })
             .await
         {
@@ -590,15 +546,7 @@ impl Page<'_> {
 
     /// The exact stored bytes, as a download that no browser renders.
     pub(super) async fn download(&self, id: i64) -> Response<Full<Bytes>> {
-        let body = self
-            .read(move |db| {
-                Ok(
-                    db.row("SELECT body FROM payloads WHERE event = ?1", &[&id], |r| {
-                        Ok(r.get_ref(0)?.as_bytes()?.to_vec())
-                    })?,
-                )
-            })
-            .await;
+        let body = self.read(move |db| Ok(db.body(id)?)).await;
         match body {
             Ok(Some(bytes)) => Response::builder()
                 .header(header::CONTENT_TYPE, "application/octet-stream")
@@ -695,7 +643,7 @@ impl Page<'_> {
         let target = self.param("target").map(str::to_owned);
         let (s, t) = (source.clone(), target.clone());
         let rows = match self
-            .read(move |db| Ok(dead::list(db, s.as_deref(), t.as_deref(), LISTED)?))
+            .read(move |db| Ok(db.dead(s.as_deref(), t.as_deref(), LISTED)?))
             .await
         {
             Ok(rows) => rows,
@@ -740,7 +688,7 @@ impl Page<'_> {
     pub(super) async fn conflicts(&self) -> Response<Full<Bytes>> {
         let source = self.param("source").map(str::to_owned);
         let rows = match self
-            .read(move |db| Ok(conflicts::list(db, source.as_deref(), LISTED)?))
+            .read(move |db| Ok(db.conflicts(source.as_deref(), LISTED)?))
             .await
         {
             Ok(rows) => rows,
@@ -770,58 +718,13 @@ impl Page<'_> {
     }
 
     pub(super) async fn conflict(&self, id: i64) -> Response<Full<Bytes>> {
-        struct Side {
-            sha256: String,
-            size: i64,
-            body: Option<Vec<u8>>,
-            headers: Option<String>,
-            at: String,
-        }
-        let read = self
-            .read(move |db| {
-                Ok(db.row(
-                    "SELECT c.source, c.event_id, c.event, c.seen,
-                                c.original_sha256, e.size, o.body, o.headers, e.received_at,
-                                c.sha256, c.size, c.body, c.headers, c.received_at
-                           FROM conflicts c
-                           LEFT JOIN events e ON e.id = c.event
-                           LEFT JOIN payloads o ON o.event = c.event
-                          WHERE c.id = ?1",
-                    &[&id],
-                    |r| {
-                        let bytes = |i| -> rusqlite::Result<Option<Vec<u8>>> {
-                            Ok(r.get_ref(i)?.as_bytes_or_null()?.map(<[u8]>::to_vec))
-                        };
-                        Ok((
-                            r.get::<String>(0)?,
-                            r.get::<String>(1)?,
-                            r.get::<Option<i64>>(2)?,
-                            r.get::<i64>(3)?,
-                            Side {
-                                sha256: r.get(4)?,
-                                size: r.get::<Option<i64>>(5)?.unwrap_or(0),
-                                body: bytes(6)?,
-                                headers: r.get(7)?,
-                                at: r.get::<Option<String>>(8)?.unwrap_or_default(),
-                            },
-                            Side {
-                                sha256: r.get(9)?,
-                                size: r.get(10)?,
-                                body: bytes(11)?,
-                                headers: r.get(12)?,
-                                at: r.get(13)?,
-                            },
-                        ))
-                    },
-                )?)
-            })
-            .await;
-        let (source, event_id, original, seen, a, b) = match read {
-            Ok(Some(r)) => r,
+        let read = self.read(move |db| Ok(db.conflict(id)?)).await;
+        let c = match read {
+            Ok(Some(c)) => c,
             Ok(None) => return self.not_found(),
             Err(e) => return self.failed("reading the conflict", &e),
         };
-        let side = |title: &str, s: &Side| {
+        let side = |title: &str, s: &ConflictSide| {
             let headers: Vec<(String, String)> = s
                 .headers
                 .as_deref()
@@ -851,12 +754,12 @@ impl Page<'_> {
             }
         };
         let content = html! {
-            p { "Source " (p(&source)) ", event id " code { (p(&event_id)) } ": seen " (seen)
+            p { "Source " (p(&c.source)) ", event id " code { (p(&c.event_id)) } ": seen " (c.seen)
                 " time(s) with these bytes, which differ from the stored original. "
-                @if let Some(e) = original { a href={ "/events/" (e) } { "The original event" } "." } }
+                @if let Some(e) = c.original_event { a href={ "/events/" (e) } { "The original event" } "." } }
             div.sides {
-                (side("Original (stored, forwarded)", &a))
-                (side("Quarantined (never forwarded)", &b))
+                (side("Original (stored, forwarded)", &c.original))
+                (side("Quarantined (never forwarded)", &c.quarantined))
             }
         };
         respond(

@@ -297,7 +297,7 @@ fn check_warns_before_serve_rewrites_an_older_inbox() {
     let db = dir.path().join("inbox.db");
     // An inbox as hookinbox wrote it at schema version 1.
     let conn = rusqlite::Connection::open(&db).unwrap();
-    let (_, v1) = hookinbox::store::migrations().remove(0);
+    let (_, v1) = hookinbox::store::sqlite::schema::migrations().remove(0);
     conn.execute_batch(&format!(
         "PRAGMA journal_mode = WAL; BEGIN; {v1}; PRAGMA user_version = 1; COMMIT;"
     ))
@@ -307,7 +307,7 @@ fn check_warns_before_serve_rewrites_an_older_inbox() {
     assert!(
         out.contains(&format!(
             "schema version 1) is converted to version {} when `serve` next starts",
-            hookinbox::store::schema_version()
+            hookinbox::store::sqlite::schema::schema_version()
         )) && out.contains("MiB free beside it at its peak")
             && out.contains("hookinbox backup"),
         "{out}"
@@ -327,8 +327,8 @@ fn check_warns_before_serve_copies_many_deliveries() {
     // An inbox at the schema version before the rebuild, holding 300,000 deliveries (their
     // events need not exist for this: foreign keys off, as an operator's shell has them).
     let conn = rusqlite::Connection::open(&db).unwrap();
-    let rebuilt_in = hookinbox::store::DELIVERIES_REBUILT_IN;
-    let before: Vec<&str> = hookinbox::store::migrations()
+    let rebuilt_in = hookinbox::store::sqlite::schema::DELIVERIES_REBUILT_IN;
+    let before: Vec<&str> = hookinbox::store::sqlite::schema::migrations()
         .into_iter()
         .filter(|(v, _)| *v < rebuilt_in)
         .map(|(_, sql)| sql)

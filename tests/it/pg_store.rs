@@ -652,7 +652,7 @@ async fn a_claim_reads_the_first_due_deliveries_off_the_index() {
     for ordered in [false, true] {
         let plan = plan_of(
             &db,
-            &hookinbox::store::pg::claim_statement(ordered),
+            &hookinbox::store::postgres::claim_statement(ordered),
             &params,
         )
         .await;
@@ -697,7 +697,7 @@ async fn a_claim_finds_a_busy_keys_first_version_with_a_seek_not_a_scan() {
     )
     .await
     .unwrap();
-    let statement = hookinbox::store::pg::claim_statement(true);
+    let statement = hookinbox::store::postgres::claim_statement(true);
     let now = "2026-12-31T00:00:00.000Z";
     let (lease, limit) = (30.0f64, 64i64);
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
@@ -1613,7 +1613,7 @@ async fn a_replica_that_looked_live_at_a_start_but_was_dead_leaves_a_gap() {
 /// its key's newer versions back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_claim_supersedes_the_outdated_versions_it_takes_and_claims_the_rest() {
-    use hookinbox::store::queue::ClaimRequest;
+    use hookinbox::store::ClaimRequest;
     let Some(url) = database("pg_store::a_claim_supersedes_the_outdated_versions").await else {
         return;
     };
@@ -1623,7 +1623,7 @@ async fn a_claim_supersedes_the_outdated_versions_it_takes_and_claims_the_rest()
         tls: hookinbox::config::PgTls::Off,
         pool: 2,
     };
-    let inbox = hookinbox::store::pg::Inbox::start(&store, Default::default())
+    let inbox = hookinbox::store::postgres::PostgresStore::start(&store, Default::default())
         .await
         .unwrap();
     let db = pg_connect(&url).await;
@@ -1691,7 +1691,7 @@ async fn a_claim_supersedes_the_outdated_versions_it_takes_and_claims_the_rest()
             )
         }
     };
-    let ids = |claims: &hookinbox::store::queue::Claims| -> Vec<i64> {
+    let ids = |claims: &hookinbox::store::Claims| -> Vec<i64> {
         claims.claimed.iter().map(|c| c.delivery).collect()
     };
 

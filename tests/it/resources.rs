@@ -84,7 +84,10 @@ async fn pruning_most_payloads_shrinks_the_inbox_file_by_half_or_more() {
     assert_eq!(server.count("SELECT count(*) FROM events"), 3000);
     let m = server.metrics().await;
     let free = metric(&m, "hookinbox_inbox_free_pages");
-    assert!(free <= hookinbox::store::FREE_PAGE_RESERVE as f64, "{m}");
+    assert!(
+        free <= hookinbox::store::sqlite::schema::FREE_PAGE_RESERVE as f64,
+        "{m}"
+    );
     assert!(metric(&m, "hookinbox_inbox_pages") > 0.0, "{m}");
     server.stop().await;
 }
@@ -123,7 +126,7 @@ async fn an_inbox_under_retention_stays_within_a_bound() {
         let m = server.metrics().await;
         let free = metric(&m, "hookinbox_inbox_free_pages");
         let pruned = server.count("SELECT count(*) FROM payloads") == 0;
-        if pruned && free <= hookinbox::store::FREE_PAGE_RESERVE as f64 {
+        if pruned && free <= hookinbox::store::sqlite::schema::FREE_PAGE_RESERVE as f64 {
             break free;
         }
         assert!(
@@ -134,7 +137,7 @@ async fn an_inbox_under_retention_stays_within_a_bound() {
     let released = logical_size(&server);
     eprintln!("after a burst of 3000 and retention: {released} bytes, {free} free pages");
     // Only the burst's identity rows (a few hundred bytes each) stay, and the reserve.
-    let reserve = hookinbox::store::FREE_PAGE_RESERVE * 4096;
+    let reserve = hookinbox::store::sqlite::schema::FREE_PAGE_RESERVE * 4096;
     let bound = last + 3000 * 512 + reserve + 512 * 1024;
     assert!(
         released <= bound,

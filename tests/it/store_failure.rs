@@ -304,7 +304,7 @@ async fn under_load_a_write_lock_held_in_sqlite3_gets_503s_then_ingest_resumes()
     // Held until requests are refused. The first batch to time out on the lock may hold no
     // event (a delivery claim, say); the requests queued behind it then wait through a
     // second timeout, so a 503 can take two of them or more on a busy machine.
-    let deadline = locked + 8 * hookinbox::store::WRITE_LOCK_TIMEOUT;
+    let deadline = locked + 8 * hookinbox::store::sqlite::schema::WRITE_LOCK_TIMEOUT;
     while load.answered_since(locked, 503) == 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -18,8 +18,8 @@ use futures_util::future::BoxFuture;
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::{Client, Statement, Transaction};
 
-use crate::pg::{Connector, connection_lost, describe};
-use crate::store::writer::{Health, MAX_BATCH, WriteError};
+use crate::store::postgres::connect::{Connector, connection_lost, describe};
+use crate::store::{CommitHealth, WriteError, batching::MAX_BATCH};
 
 pub enum Op<J> {
     Job(J),
@@ -112,14 +112,14 @@ const PROBE_WHEN_IDLE: Duration = Duration::from_secs(5);
 pub(crate) const BATCH_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Queues a job made by `make` and waits for its result, as the SQLite writer's callers
-/// do ([`crate::store::writer::queue_and_wait`]).
+/// do ([`crate::store::batching::queue_and_wait`]).
 pub async fn submit<J, T>(
     queue: &mpsc::Sender<Op<J>>,
     wait_for_room: bool,
     make: impl FnOnce(oneshot::Sender<Result<T, WriteError>>) -> J,
 ) -> Result<T, WriteError> {
     let (reply, answer) = oneshot::channel();
-    crate::store::writer::queue_and_wait(queue, Op::Job(make(reply)), wait_for_room, answer).await
+    crate::store::batching::queue_and_wait(queue, Op::Job(make(reply)), wait_for_room, answer).await
 }
 
 /// The batcher's loop; ends when every sender is dropped and the queue is drained. It
@@ -131,7 +131,7 @@ pub async fn run<K: Kind>(
     connector: Connector,
     mut rx: mpsc::Receiver<Op<K::Job>>,
     kind: K,
-    health: Option<Arc<Health>>,
+    health: Option<Arc<CommitHealth>>,
 ) {
     let mut ops = Vec::with_capacity(MAX_BATCH);
     let mut client: Option<Session> = None;
@@ -169,7 +169,7 @@ pub async fn run<K: Kind>(
                 kind.failed();
             }
             if let Some(h) = &health {
-                // Healthy while anything commits: one job the database refuses is that
+                // CommitHealthy while anything commits: one job the database refuses is that
                 // job's problem, not the inbox's.
                 let ok = failed < jobs.len();
                 if ok && unhealthy {
@@ -318,7 +318,7 @@ async fn probe(
     name: &str,
     connector: &Connector,
     client: &mut Option<Session>,
-    health: Option<&Health>,
+    health: Option<&CommitHealth>,
 ) -> bool {
     let was_ok = health.is_some_and(|h| h.last_commit_ok.load(Ordering::Relaxed));
     let write = async {

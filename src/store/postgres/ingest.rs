@@ -15,9 +15,9 @@ use tokio_postgres::types::ToSql;
 
 use super::batch::{self, BatchError, Prepared, Slot};
 use crate::metrics::Metrics;
-use crate::pg::text as pg_text;
-use crate::store::ingest::{NewEvent, Origin, Stored};
-use crate::store::writer::WriteError;
+use crate::store::WriteError;
+use crate::store::postgres::connect::text as pg_text;
+use crate::store::{NewEvent, Origin, Stored, Version};
 
 pub struct Job {
     event: NewEvent,
@@ -74,13 +74,11 @@ ON CONFLICT (source, account, event_id, sha256)
 DO UPDATE SET seen = conflicts.seen + 1, last_seen_at = excluded.last_seen_at";
 
 /// An order version as PostgreSQL keeps it: (a number, as numeric's text) or (a text).
-pub(super) fn version(v: &rusqlite::types::Value) -> (Option<String>, Option<String>) {
-    use rusqlite::types::Value;
+pub(super) fn version(v: &Version) -> (Option<String>, Option<String>) {
     match v {
-        Value::Integer(i) => (Some(i.to_string()), None),
-        Value::Real(f) => (Some(numeric_text(*f)), None),
-        Value::Text(t) => (None, Some(pg_text(t).into_owned())),
-        Value::Blob(_) | Value::Null => (None, None),
+        Version::Integer(i) => (Some(i.to_string()), None),
+        Version::Real(f) => (Some(numeric_text(*f)), None),
+        Version::Text(t) => (None, Some(pg_text(t).into_owned())),
     }
 }
 

@@ -17,24 +17,29 @@
 //! together migrate once.
 
 mod batch;
+pub mod connect;
 mod ingest;
 mod queue;
+pub mod session;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::Client;
 
-use super::commits::Commits;
-use super::ingest::{NewEvent, Stored};
-use super::pause::Paused;
-use super::queue::{ClaimRequest, Claims, EventData, Finished, Recorded};
-use super::writer::{Health, QUEUE_CAPACITY, WriteError};
+use super::batching::QUEUE_CAPACITY;
+use super::gaps::{self, Beat, Gap, Unconfirmed};
+use super::retention::{Pruned, Rule, Walk};
+use super::{
+    ClaimRequest, Claims, CommitHealth, Commits, Db, Error as DbError, EventData, Finished, Gauges,
+    Look, NewEvent, Recorded, Settled, Stored, Turn, WriteError,
+};
 use crate::config::PgStore;
 use crate::metrics::Metrics;
-use crate::pg::{Connector, Shared};
+use connect::{Connector, Shared};
 
 pub const SCHEMA: &str = include_str!("../../../schema-postgres.sql");
 
@@ -90,7 +95,7 @@ pub enum Error {
 
 impl From<tokio_postgres::Error> for Error {
     fn from(e: tokio_postgres::Error) -> Error {
-        Error::Db(crate::pg::describe(&e))
+        Error::Db(connect::describe(&e))
     }
 }
 
@@ -101,7 +106,7 @@ pub use queue::claim_statement;
 
 /// The schema version this binary writes.
 pub fn schema_version() -> i64 {
-    super::sections(SCHEMA).last().map_or(0, |(v, _)| *v)
+    super::schema_sections(SCHEMA).last().map_or(0, |(v, _)| *v)
 }
 
 /// Refuses a schema version other than this binary's, for what must not migrate (the
@@ -138,7 +143,7 @@ pub async fn migrate(client: &mut Client) -> Result<(), Error> {
     let known = schema_version();
     // The version found before the first step: 0 for a new inbox.
     let mut first_found: Option<i64> = None;
-    for (version, sql) in super::sections(SCHEMA) {
+    for (version, sql) in super::schema_sections(SCHEMA) {
         let tx = client.transaction().await?;
         // A migration may rewrite a large table: not under the sessions' 5 s limits. The
         // lock waits for a replica migrating at the same moment.
@@ -185,35 +190,38 @@ pub async fn migrate(client: &mut Client) -> Result<(), Error> {
 
 /// A handle to one replica's connections to the inbox. Cheap to clone.
 #[derive(Clone)]
-pub struct Inbox {
+pub struct PostgresStore {
     ingest: mpsc::Sender<batch::Op<ingest::Job>>,
     queue: mpsc::Sender<batch::Op<queue::Job>>,
     readers: Arc<Readers>,
-    health: Arc<Health>,
+    health: Arc<CommitHealth>,
     commits: Arc<Commits>,
     /// The web inbox's blocking connections (the operator commands' SQL).
-    operator: Arc<super::sql::PgPool>,
+    operator: Arc<session::PgPool>,
 }
 
-impl Inbox {
+impl PostgresStore {
     /// Connects, migrates, and starts the batchers. Fails (and `serve` with it) when the
     /// server cannot be reached or the schema is newer than this binary: a replica that
     /// cannot store anything must not look ready.
-    pub async fn start(config: &PgStore, metrics: Arc<Metrics>) -> Result<Inbox, Error> {
-        Inbox::start_with(config, metrics, true).await
+    pub async fn start(config: &PgStore, metrics: Arc<Metrics>) -> Result<PostgresStore, Error> {
+        PostgresStore::start_with(config, metrics, true).await
     }
 
-    /// [`Inbox::start`] for an operator's command (`prune`, `recover`): the schema must be
+    /// [`PostgresStore::start`] for an operator's command (`prune`, `recover`): the schema must be
     /// this binary's already; a command never migrates what a fleet of replicas runs on.
-    pub async fn for_command(config: &PgStore, metrics: Arc<Metrics>) -> Result<Inbox, Error> {
-        Inbox::start_with(config, metrics, false).await
+    pub async fn for_command(
+        config: &PgStore,
+        metrics: Arc<Metrics>,
+    ) -> Result<PostgresStore, Error> {
+        PostgresStore::start_with(config, metrics, false).await
     }
 
     async fn start_with(
         config: &PgStore,
         metrics: Arc<Metrics>,
         migrating: bool,
-    ) -> Result<Inbox, Error> {
+    ) -> Result<PostgresStore, Error> {
         let connector_with = |session| {
             Connector::new(
                 &config.url,
@@ -228,7 +236,7 @@ impl Inbox {
         let mut first = connector
             .connect()
             .await
-            .map_err(|e| Error::Connect(crate::pg::describe(&e)))?;
+            .map_err(|e| Error::Connect(connect::describe(&e)))?;
         if migrating {
             migrate(&mut first).await?;
         } else {
@@ -253,7 +261,7 @@ impl Inbox {
         // open their own, with their settings.
         drop(first);
         let batcher = connector_with(BATCH_SESSION)?;
-        let health = Arc::new(Health {
+        let health = Arc::new(CommitHealth {
             last_commit_ok: AtomicBool::new(true),
         });
         let (ingest, ingest_rx) = mpsc::channel(QUEUE_CAPACITY);
@@ -268,23 +276,32 @@ impl Inbox {
             Some(health.clone()),
         ));
         tokio::spawn(batch::run("queue", batcher, queue_rx, queue::Batch, None));
-        Ok(Inbox {
+        Ok(PostgresStore {
             ingest,
             queue,
             readers: Arc::new(Readers::new(connector, config.pool)),
             health,
             commits: Arc::default(),
-            operator: Arc::new(super::sql::PgPool::new(config.clone())),
+            operator: Arc::new(session::PgPool::new(config.clone())),
         })
     }
 
     /// Connections for what an operator reads and steers (the web inbox).
-    pub fn operator(&self) -> &Arc<super::sql::PgPool> {
+    pub fn operator(&self) -> &Arc<session::PgPool> {
         &self.operator
     }
 
-    /// Stores one event; answers once its transaction committed.
-    pub async fn ingest(&self, event: NewEvent) -> Result<Stored, WriteError> {
+    pub async fn claim(&self, request: ClaimRequest) -> Result<Claims, WriteError> {
+        batch::submit(&self.queue, true, |reply| {
+            queue::Job::Claim(request, batch::Slot::new(reply))
+        })
+        .await
+    }
+}
+
+impl super::Backend for PostgresStore {
+    /// Answers once its transaction committed.
+    async fn ingest(&self, event: NewEvent) -> Result<Stored, WriteError> {
         let source = event.source.clone();
         let stored =
             batch::submit(&self.ingest, false, |reply| ingest::Job::new(event, reply)).await;
@@ -294,42 +311,168 @@ impl Inbox {
         stored
     }
 
-    pub async fn claim(&self, request: ClaimRequest) -> Result<Claims, WriteError> {
-        batch::submit(&self.queue, true, |reply| {
-            queue::Job::Claim(request, batch::Slot::new(reply))
-        })
-        .await
-    }
-
-    pub async fn finish(&self, finished: Finished) -> Result<Recorded, WriteError> {
+    async fn finish(&self, finished: Finished) -> Result<Recorded, WriteError> {
         batch::submit(&self.queue, true, |reply| {
             queue::Job::Finish(finished, batch::Slot::new(reply))
         })
         .await
     }
 
-    pub async fn sweep(&self) -> Result<usize, WriteError> {
+    /// The claim and the results go to the queue batcher together, so that they share a
+    /// transaction and its commit (one after the other, the turn waited for two commits:
+    /// BENCHMARKS.md, "PostgreSQL"), then one read of the claimed events. Their order
+    /// within the transaction does not matter: a claim that runs after the results sees
+    /// them, as on SQLite. The batcher runs each job alone when a batch fails, so each
+    /// result's outcome is its own.
+    async fn settle(&self, turn: Turn) -> Result<Settled, WriteError> {
+        let Turn { results, claim } = turn;
+        let mut settled = Settled::default();
+        let mut look = None;
+        // The claim's answer with what it asked for: the target, and how many.
+        let claimed = async {
+            match claim {
+                Some(request) => {
+                    let asked = (request.source.clone(), request.target.clone());
+                    let limit = request.limit;
+                    Some((self.claim(request).await, asked, limit))
+                }
+                None => None,
+            }
+        };
+        let recorded = futures_util::future::join_all(results.into_iter().map(|f| self.finish(f)));
+        let (claimed, recorded) = futures_util::future::join(claimed, recorded).await;
+        settled.recorded = recorded;
+        if let Some((claimed, (source, target), limit)) = claimed {
+            match claimed {
+                Ok(claims) => settled.claims = claims,
+                Err(e) if settled.recorded.is_empty() => return Err(e),
+                Err(e) => {
+                    settled.claim_failed = Some(e);
+                    return Ok(settled);
+                }
+            }
+            if settled.claims.taken() < limit {
+                look = Some((source, target));
+            }
+        }
+        let ids: Vec<i64> = settled.claims.claimed.iter().map(|c| c.event).collect();
+        if !ids.is_empty() {
+            settled.events = self.events(ids).await;
+        }
+        if let Some((source, target)) = look {
+            settled.look = self.look(&source, &target).await.ok();
+        }
+        Ok(settled)
+    }
+
+    async fn sweep(&self) -> Result<usize, WriteError> {
         batch::submit(&self.queue, true, |reply| {
             queue::Job::Sweep(batch::Slot::new(reply))
         })
         .await
     }
 
-    /// One chunk of `rule`'s retention, in the queue batcher's transaction.
-    pub async fn prune(
+    /// Replicas in the middle of a rollout disagree about which targets exist: one must
+    /// not retire what the others deliver.
+    async fn retire_targets(&self, _: Vec<(String, String)>) -> Result<usize, WriteError> {
+        Ok(0)
+    }
+
+    async fn retire_unknown_targets(&self, _: Vec<(String, String)>) -> Result<usize, WriteError> {
+        Ok(0)
+    }
+
+    async fn start_receiving(
         &self,
-        rule: super::retention::Rule,
-    ) -> Result<super::retention::Pruned, WriteError> {
-        let now = std::time::SystemTime::now();
-        batch::submit(&self.queue, true, |reply| {
-            queue::Job::Prune(rule, now, batch::Slot::new(reply))
+        replica: String,
+        sources: Vec<String>,
+    ) -> anyhow::Result<(Vec<Gap>, Vec<Unconfirmed>)> {
+        self.change(move |db, now| gaps::start_replica(db, &replica, &sources, now))
+            .await
+    }
+
+    async fn beat(
+        &self,
+        replica: String,
+        beats: Vec<Beat>,
+        stopping: Option<Vec<String>>,
+    ) -> anyhow::Result<Vec<Gap>> {
+        self.change(move |db, now| {
+            let recorded = gaps::beat_replica(db, &replica, &beats, now)?;
+            if let Some(names) = &stopping {
+                gaps::stop_replica(db, &replica, names, now)?;
+            }
+            Ok(recorded)
         })
         .await
     }
 
+    /// The check is a read and each is ingested as a webhook is, so two replicas storing
+    /// at once store one and quarantine the other.
+    async fn store_unless_known(&self, events: Vec<NewEvent>) -> anyhow::Result<()> {
+        for e in events {
+            let (source, account, id) = (e.source.clone(), e.account.clone(), e.event_id.clone());
+            let known = self
+                .read(move |db| Ok(db.is_stored(&source, &account, &id)?))
+                .await?;
+            if !known {
+                self.ingest(e).await?;
+            }
+        }
+        Ok(())
+    }
+
+    fn shared(&self) -> bool {
+        true
+    }
+
+    async fn look(&self, source: &str, target: &str) -> Result<Look, String> {
+        self.readers
+            .read(|client| async move { queue::look(&client, source, target).await })
+            .await
+    }
+
+    async fn events(&self, ids: Vec<i64>) -> Result<HashMap<i64, EventData>, String> {
+        self.readers
+            .read(|client| async move { queue::events(&client, &ids).await })
+            .await
+    }
+
+    async fn gauges(&self, settled: bool) -> Result<Gauges, String> {
+        self.readers
+            .read(|client| async move { queue::gauges(&client, settled).await })
+            .await
+    }
+
+    /// In the queue batcher's transaction. No walk: each chunk finds its rows by
+    /// PostgreSQL's index by time, skipping those another replica holds.
+    async fn prune_chunk(
+        &self,
+        rule: Rule,
+        now: SystemTime,
+        _: Walk,
+    ) -> Result<(Pruned, Walk), WriteError> {
+        let done = batch::submit(&self.queue, true, |reply| {
+            queue::Job::Prune(rule, now, batch::Slot::new(reply))
+        })
+        .await?;
+        Ok((done, Walk::done()))
+    }
+
+    /// PostgreSQL gives freed space back to itself (its autovacuum reuses it).
+    async fn release_free_pages(&self) -> Result<i64, WriteError> {
+        Ok(0)
+    }
+
+    async fn checkpoint_if_idle(&self) {}
+
+    fn wal_bytes(&self) -> Option<u64> {
+        None
+    }
+
     /// Waits until the ingest batcher has drained what was queued before; after a failed
     /// commit it also tries a small write, so that health comes back without traffic.
-    pub async fn ping(&self) -> Result<(), WriteError> {
+    async fn ping(&self) -> Result<(), WriteError> {
         let (reply, answer) = oneshot::channel();
         self.ingest
             .send(batch::Op::Ping(reply))
@@ -338,41 +481,35 @@ impl Inbox {
         answer.await.map_err(|_| WriteError::Stopped)
     }
 
-    pub fn health(&self) -> &Health {
+    fn health(&self) -> &CommitHealth {
         &self.health
     }
 
-    pub fn commits(&self) -> &Commits {
+    fn commits(&self) -> &Commits {
         &self.commits
     }
 
-    /// Whether the target is paused, and when its next claimable delivery is due.
-    pub async fn look(
-        &self,
-        source: &str,
-        target: &str,
-    ) -> Result<(Option<Paused>, Option<String>), String> {
-        self.readers
-            .read(|client| async move { queue::look(&client, source, target).await })
-            .await
+    async fn read<T, F>(&self, read: F) -> anyhow::Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(Db) -> anyhow::Result<T> + Send + 'static,
+    {
+        let pool = self.operator.clone();
+        tokio::task::spawn_blocking(move || pool.with(read)).await?
     }
 
-    /// The events with these row ids, by id.
-    pub async fn events(
-        &self,
-        ids: &[i64],
-    ) -> Result<std::collections::HashMap<i64, EventData>, String> {
-        self.readers
-            .read(|client| async move { queue::events(&client, ids).await })
-            .await
-    }
-
-    /// Delivery rows per state, when the oldest pending one was created, and the pauses:
-    /// the gauges of `/metrics`.
-    pub async fn gauges(&self, settled: bool) -> Result<super::Gauges, String> {
-        self.readers
-            .read(|client| async move { queue::gauges(&client, settled).await })
-            .await
+    async fn change<T, F>(&self, change: F) -> anyhow::Result<T>
+    where
+        T: Send + 'static,
+        F: FnMut(Db, &str) -> Result<T, DbError> + Send + 'static,
+    {
+        let mut change = change;
+        let pool = self.operator.clone();
+        tokio::task::spawn_blocking(move || {
+            let now = crate::clock::iso_now();
+            pool.with(|db| db.write(|tx| Ok(change(tx, &now)?)))
+        })
+        .await?
     }
 }
 
@@ -403,14 +540,14 @@ impl Readers {
         let client = tokio::time::timeout(CONNECT_TIMEOUT, slot.get(&self.connector))
             .await
             .map_err(|_| "connecting to PostgreSQL timed out".to_owned())?
-            .map_err(|e| crate::pg::describe(&e))?;
+            .map_err(|e| connect::describe(&e))?;
         match tokio::time::timeout(READ_TIMEOUT, read(client.clone())).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) => {
-                if crate::pg::connection_lost(&e) {
+                if connect::connection_lost(&e) {
                     slot.forget(&client).await;
                 }
-                Err(crate::pg::describe(&e))
+                Err(connect::describe(&e))
             }
             Err(_) => {
                 slot.forget(&client).await;

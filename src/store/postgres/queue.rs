@@ -16,13 +16,13 @@ use futures_util::future::{BoxFuture, try_join_all};
 use tokio_postgres::{Client, Transaction};
 
 use super::batch::{self, BatchError, Prepared, Slot};
-use crate::pg::text as pg_text;
-use crate::store::pause::Paused;
-use crate::store::queue::{
+use crate::store::Paused;
+use crate::store::WriteError;
+use crate::store::postgres::connect::text as pg_text;
+use crate::store::retention::{self, Pruned, Rule};
+use crate::store::{
     ClaimRequest, Claimed, Claims, EventData, Finished, Next, Recorded, SUPERSEDED,
 };
-use crate::store::retention::{self, Pruned, Rule};
-use crate::store::writer::WriteError;
 
 pub enum Job {
     Claim(ClaimRequest, Slot<Claims>),

@@ -1,74 +1,10 @@
 //! Storing one verified event: the event row, its payload and its delivery rows, or a
 //! duplicate, or a conflict. Runs on the writer thread, inside the batch's transaction.
 
-use std::sync::Arc;
-
-use bytes::Bytes;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::clock;
-
-/// An event, verified and ready to store, with everything computed off the writer thread.
-#[derive(Debug)]
-pub struct NewEvent {
-    pub source: Arc<str>,
-    pub account: Arc<str>,
-    pub event_id: String,
-    pub sha256_hex: String,
-    pub body: Bytes,
-    /// Whether `body` is valid UTF-8 and so is stored as TEXT.
-    pub body_is_text: bool,
-    /// JSON `[[name, value], …]`.
-    pub headers: String,
-    pub event_type: Option<String>,
-    /// Unix seconds.
-    pub provider_time: Option<i64>,
-    /// (target name, idempotency key), one delivery row each.
-    pub deliveries: Vec<(String, String)>,
-    /// With ordering on: the event's order key and version.
-    pub order: Option<(String, rusqlite::types::Value)>,
-    /// The sender's address (see `proxy::client`); for an event fetched from a provider's
-    /// API, the API's host.
-    pub remote_addr: String,
-    /// How it reached hookinbox.
-    pub origin: Origin,
-    /// Top-level JSON members that record the delivery, not the event: left out when this
-    /// webhook is compared with the same event fetched from the API.
-    pub bookkeeping: &'static [&'static str],
-    /// The body's room in the receiver's memory budget: held as long as the event is, so
-    /// that an event still queued for a stalled disk after its request gave up still
-    /// counts against the budget.
-    pub memory: Option<tokio::sync::OwnedSemaphorePermit>,
-}
-
-/// How an event reached the inbox (`events.origin`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Origin {
-    /// Signed, through `/hooks/<source>`.
-    Webhook,
-    /// Fetched by `recover` from the provider's API, over TLS with the operator's key.
-    Api,
-}
-
-impl Origin {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Origin::Webhook => "webhook",
-            Origin::Api => "api",
-        }
-    }
-}
-
-/// What the store did with an event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stored {
-    /// Committed for the first time.
-    New,
-    /// Same identity and same bytes as an event already stored: nothing written.
-    Duplicate,
-    /// Same identity, different bytes: quarantined in `conflicts`; the original untouched.
-    Conflict,
-}
+use crate::store::{NewEvent, Origin, Stored, Version};
 
 /// Stores `e`; `now` is the batch's commit time as inbox text.
 pub fn store(conn: &Connection, e: &NewEvent, now: &str) -> rusqlite::Result<Stored> {
@@ -126,7 +62,7 @@ pub fn store(conn: &Connection, e: &NewEvent, now: &str) -> rusqlite::Result<Sto
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?7)",
         )?;
         let (order_key, order_version) = match &e.order {
-            Some((key, version)) => (Some(key.as_str()), Some(version)),
+            Some((key, version)) => (Some(key.as_str()), Some(value(version))),
             None => (None, None),
         };
         for (target, key) in &e.deliveries {
@@ -190,4 +126,15 @@ pub fn store(conn: &Connection, e: &NewEvent, now: &str) -> rusqlite::Result<Sto
         now
     ])?;
     Ok(Stored::Conflict)
+}
+
+/// An order version as SQLite keeps it: in one column, a number or text, which SQLite
+/// compares within its kind.
+fn value(v: &Version) -> rusqlite::types::Value {
+    use rusqlite::types::Value;
+    match v {
+        Version::Integer(i) => Value::Integer(*i),
+        Version::Real(f) => Value::Real(*f),
+        Version::Text(t) => Value::Text(t.clone()),
+    }
 }

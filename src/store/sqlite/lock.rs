@@ -13,6 +13,8 @@ use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
+use anyhow::Context as _;
+
 /// The lock file of the inbox at `db`: `inbox.db` → `inbox.db.lock`.
 pub fn path_for(db: &Path) -> PathBuf {
     let mut p = db.as_os_str().to_owned();
@@ -86,6 +88,35 @@ impl InboxLock {
         writeln!(file, "{}", std::process::id()).map_err(io)?;
         Ok(InboxLock { _file: file })
     }
+}
+
+/// The PID of the `serve` that holds the inbox's lock, or an error saying none does.
+pub fn holder(db: &Path) -> anyhow::Result<i32> {
+    let lock_path = path_for(db);
+    let none = || {
+        anyhow::anyhow!(
+            "no hookinbox serve is running on the inbox {} (nobody holds {}); start it \
+             instead",
+            db.display(),
+            lock_path.display()
+        )
+    };
+    let file = std::fs::File::open(&lock_path).map_err(|_| none())?;
+    // A shared lock is refused only while a serve holds its exclusive one.
+    match file.try_lock_shared() {
+        Ok(()) => return Err(none()),
+        Err(std::fs::TryLockError::WouldBlock) => {}
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(e).with_context(|| format!("reading {}", lock_path.display()));
+        }
+    }
+    let text = std::fs::read_to_string(&lock_path)
+        .with_context(|| format!("reading {}", lock_path.display()))?;
+    text.trim()
+        .parse::<i32>()
+        .ok()
+        .filter(|pid| *pid > 0)
+        .with_context(|| format!("{} does not hold a PID yet; try again", lock_path.display()))
 }
 
 #[cfg(test)]

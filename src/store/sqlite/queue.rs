@@ -9,11 +9,15 @@
 //! that crashes the process every time still reaches `dead`. A paused target's deliveries
 //! (`paused_targets`, see [`super::pause`]) stay `pending` and are neither claimed nor due.
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::clock;
+use crate::store::{
+    ClaimRequest, Claimed, Claims, EventData, Finished, Next, Paused, Recorded, SUPERSEDED,
+    Settled, Turn,
+};
 
 /// The rows of one target that a claim may take, apart from being due: unordered ones, and
 /// for each order key the pending delivery with the lowest version (then id), unless one of
@@ -62,116 +66,6 @@ pub(crate) const OUTDATED: &str = "(d.order_key IS NOT NULL AND EXISTS (
            AND ((typeof(k.last_version) IN ('integer', 'real'))
                 = (typeof(d.order_version) IN ('integer', 'real')))
            AND k.last_version >= d.order_version))";
-
-/// Why a delivery is `superseded`.
-pub(crate) const SUPERSEDED: &str = "superseded: a version at least as new was already delivered";
-
-/// What a target's worker asks for.
-#[derive(Debug, Clone)]
-pub struct ClaimRequest {
-    pub source: String,
-    pub target: String,
-    /// How many deliveries it can start now.
-    pub limit: usize,
-    pub lease: Duration,
-    /// After this many attempts the delivery is dead (the schedule's length plus one).
-    pub max_attempts: u32,
-    /// Whether the source orders its events (only then can anything be superseded).
-    pub ordered: bool,
-    /// The target's rate limit. One SQLite inbox has one serve, whose loop paces the
-    /// target; replicas on PostgreSQL share the limit through the claim.
-    pub rate: Option<crate::config::Rate>,
-}
-
-/// What a claim gave.
-#[derive(Debug, Default)]
-pub struct Claims {
-    pub claimed: Vec<Claimed>,
-    /// How many of the rows the claim took were superseded instead of claimed ([`claim`]):
-    /// with the claimed ones, what the claim used of its limit.
-    pub superseded: usize,
-    /// How many it gave up instead (`dead`: the last attempt's lease expired every time).
-    pub given_up: usize,
-    /// When a rate shared with other replicas gave fewer than asked: how long until one
-    /// more may start.
-    pub rate_wait: Option<Duration>,
-}
-
-impl Claims {
-    /// Every row the claim took: claimed, superseded or given up. Fewer than asked means
-    /// no other due row of the target was claimable when it ran.
-    pub fn taken(&self) -> usize {
-        self.claimed.len() + self.superseded + self.given_up
-    }
-}
-
-/// One claimed delivery, ready for an attempt.
-#[derive(Debug, Clone)]
-pub struct Claimed {
-    pub delivery: i64,
-    pub event: i64,
-    /// 1 for the first attempt; counts on across replays.
-    pub attempt: u32,
-    /// Attempts made before the current retry schedule began (a replay starts a new one).
-    pub schedule_base: u32,
-    pub idempotency_key: String,
-}
-
-impl Claimed {
-    /// This attempt's place in the current schedule: 1 for the first try after a replay.
-    pub fn in_schedule(&self) -> u32 {
-        self.attempt.saturating_sub(self.schedule_base)
-    }
-}
-
-/// How an attempt ended, as the delivery's next state.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Next {
-    Delivered,
-    /// Try again at this time (inbox text).
-    Retry(String),
-    Dead,
-}
-
-impl Next {
-    /// The word stored in `attempts.outcome`.
-    pub fn word(&self) -> &'static str {
-        match self {
-            Next::Delivered => "delivered",
-            Next::Retry(_) => "retry",
-            Next::Dead => "dead",
-        }
-    }
-}
-
-/// One finished attempt.
-#[derive(Debug, Clone)]
-pub struct Finished {
-    pub delivery: i64,
-    pub attempt: u32,
-    /// The claim's schedule base: a replay since then starts a new schedule, which a late
-    /// result of this attempt must not undo.
-    pub schedule_base: u32,
-    pub started_at: String,
-    pub duration_ms: i64,
-    pub next: Next,
-    /// The HTTP status or the command's exit code.
-    pub status: Option<i64>,
-    pub error: Option<String>,
-    pub output: Option<String>,
-    /// The target may have acted without our hearing (a timeout).
-    pub ambiguous: bool,
-}
-
-/// What recording an attempt did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Recorded {
-    /// False when the delivery had meanwhile been claimed again: the newer claim decides.
-    pub applied: bool,
-    /// This delivery succeeded after an earlier attempt of it timed out: that ambiguity is
-    /// now resolved.
-    pub resolved_ambiguity: bool,
-}
 
 /// Claims up to `limit` due deliveries of one target: one `UPDATE … FROM … RETURNING` that
 /// marks them in flight, counts the attempt and sets the lease.
@@ -369,23 +263,6 @@ fn next_due_after(
     .optional()
 }
 
-/// What an attempt needs to know about its event.
-#[derive(Debug, Clone)]
-pub struct EventData {
-    pub source: String,
-    pub event_id: String,
-    /// None once retention dropped it.
-    pub body: Option<Vec<u8>>,
-    /// JSON `[[name, value], …]`.
-    pub headers: Option<String>,
-    pub event_type: Option<String>,
-    pub received_at: String,
-    /// Who sent it, as `proxy::client` decided.
-    pub remote_addr: Option<String>,
-    /// `webhook` or `api` (fetched by recovery).
-    pub origin: String,
-}
-
 /// The events with these row ids, by id (a missing id is not in the map).
 pub fn events(
     conn: &Connection,
@@ -420,48 +297,6 @@ pub fn events(
     .collect()
 }
 
-/// One turn of a target's loop, as one write: the results of the attempts that ended,
-/// then a claim for the slots that are free. Recording a batch of results and claiming the
-/// next deliveries in one transaction, rather than a transaction per result and one per
-/// claim, is what lets one target forward thousands of events a second
-/// (BENCHMARKS.md, "Forwarding").
-#[derive(Debug, Default)]
-pub struct Turn {
-    pub results: Vec<Finished>,
-    /// None when no slot is free (or the rate allows none): results only.
-    pub claim: Option<ClaimRequest>,
-}
-
-/// What a [`Turn`] did.
-#[derive(Debug)]
-pub struct Settled {
-    /// One per result, in order: how it was recorded, or why it was not (the lease then
-    /// brings the delivery back).
-    pub recorded: Vec<Result<Recorded, super::writer::WriteError>>,
-    pub claims: Claims,
-    /// The claimed deliveries' events, by row id, or why they could not be read (each
-    /// attempt then fails with it and is retried).
-    pub events: Result<std::collections::HashMap<i64, EventData>, String>,
-    /// When the claim took fewer than it asked for: whether the target is paused, and when
-    /// its next claimable delivery is due (inbox text), for the loop to sleep until then.
-    pub look: Option<(Option<super::pause::Paused>, Option<String>)>,
-    /// Why the claim failed while the results were recorded (PostgreSQL, where they are
-    /// separate jobs of the batcher; on SQLite the turn fails as a whole).
-    pub claim_failed: Option<super::writer::WriteError>,
-}
-
-impl Default for Settled {
-    fn default() -> Settled {
-        Settled {
-            recorded: Vec::new(),
-            claims: Claims::default(),
-            events: Ok(Default::default()),
-            look: None,
-            claim_failed: None,
-        }
-    }
-}
-
 /// Runs a [`Turn`] inside the writer's transaction: each result, then the claim, the
 /// claimed events, and (when it took fewer than asked) what the loop must know to sleep.
 pub fn settle(conn: &Connection, turn: &Turn, now: &str) -> rusqlite::Result<Settled> {
@@ -481,7 +316,7 @@ pub fn settle(conn: &Connection, turn: &Turn, now: &str) -> rusqlite::Result<Set
                 "SELECT paused_at, paused_by FROM paused_targets WHERE source = ?1 AND target = ?2",
             )?
             .query_row(params![req.source, req.target], |r| {
-                Ok(super::pause::Paused {
+                Ok(Paused {
                     source: req.source.clone(),
                     target: req.target.clone(),
                     paused_at: r.get(0)?,
@@ -553,11 +388,12 @@ mod tests {
     use super::*;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::Duration;
 
     const T0: &str = "2026-01-01T00:00:00.000Z";
     const NOW: &str = "2026-01-02T00:00:00.000Z";
 
-    use super::super::temp_inbox as inbox;
+    use crate::store::sqlite::schema::temp_inbox as inbox;
 
     /// `n` events of source `sw`, each with a delivery to `app` in `state`, the i-th of key
     /// `{prefix}{i}` at version `version`; their delivery ids.

@@ -48,7 +48,7 @@ pub fn open(path: &Path) -> rusqlite::Result<Connection> {
     let conn = unmapped(path)?;
     // A command's reads are a few long walks (a listing, a count, a backup's copy):
     // mapped, their pages are read in place rather than copied in with pread.
-    conn.pragma_update(None, "mmap_size", super::MMAP_SIZE)?;
+    conn.pragma_update(None, "mmap_size", super::schema::MMAP_SIZE)?;
     Ok(conn)
 }
 
@@ -59,15 +59,15 @@ fn unmapped(path: &Path) -> rusqlite::Result<Connection> {
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
     conn.busy_timeout(READ_BUSY_TIMEOUT)?;
-    super::stable_plans(&conn)?;
+    super::schema::stable_plans(&conn)?;
     Ok(conn)
 }
 
 /// [`open`], for the CLI's readers: refuses an inbox of another schema version with a
 /// message that says what to do, rather than failing on a missing table.
-pub fn open_current(path: &Path) -> Result<Connection, super::Error> {
+pub fn open_current(path: &Path) -> Result<Connection, super::schema::Error> {
     let conn = open(path)?;
-    super::require_current(&conn)?;
+    super::schema::require_current(&conn)?;
     Ok(conn)
 }
 
@@ -221,7 +221,7 @@ mod tests {
     /// Deliveries of two sources' targets in every state, one dead delivery created before
     /// every waiting one; the writer's connection, on a temporary inbox.
     fn inbox() -> (tempfile::TempDir, Connection) {
-        let (dir, conn) = super::super::temp_inbox();
+        let (dir, conn) = crate::store::sqlite::schema::temp_inbox();
         let rows: [(&str, &str, &str, &str); 9] = [
             ("gh", "app", "delivered", "2026-01-01T00:00:00.000Z"),
             ("gh", "app", "pending", "2026-01-01T00:00:02.000Z"),
@@ -311,7 +311,7 @@ mod tests {
         let (_dir, conn) = inbox();
         let params = rusqlite::params!["gh", "app", "pending", "in_flight", "dead"];
         for (sql, n) in [(BACKLOG, 5), (NEXT_PAIR, 2), (EVERY_STATE, 0)] {
-            let plan = super::super::query_plan(&conn, sql, &params[..n]);
+            let plan = crate::store::sqlite::schema::query_plan(&conn, sql, &params[..n]);
             // The table itself only by its rowid; the CTE's own rows may be scanned.
             let reads_the_index = |step: &String| {
                 step.contains("COVERING INDEX deliveries_due")

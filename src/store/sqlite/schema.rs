@@ -1,29 +1,5 @@
-//! The inbox: a WAL-mode SQLite file with the schema of `schema.sql`.
-//!
-//! Invariant: every write goes through the one [`writer::Writer`] thread, and a caller hears
-//! "stored" only after the transaction that holds its event committed (with
-//! `synchronous=FULL`, after the WAL was fsynced). Readers use a small pool of read-only
-//! connections ([`read`]) and never block the writer (WAL). One `serve` holds an inbox at a
-//! time ([`lock`]).
-
-pub mod commits;
-pub mod contract;
-pub mod gaps;
-pub mod ingest;
-pub mod learnt;
-pub mod lock;
-pub mod pause;
-pub mod pg;
-pub mod queue;
-pub mod read;
-pub mod replay;
-pub mod retention;
-pub mod sql;
-pub mod stats;
-pub mod timeline;
-pub mod writer;
-
-pub use contract::{Gauges, Store};
+//! The SQLite inbox's file: the schema of `schema.sql` and its migrations, the pragmas every
+//! connection sets, and the pages it gives back to the file system.
 
 use std::path::Path;
 use std::time::Duration;
@@ -33,7 +9,7 @@ use rusqlite::{Connection, OpenFlags};
 use crate::config::Synchronous;
 
 /// The schema, embedded so that the binary is the one thing to install.
-pub const SCHEMA: &str = include_str!("../../schema.sql");
+pub const SCHEMA: &str = include_str!("../../../schema.sql");
 
 /// How long the writer waits for a write lock held by someone else (an operator's
 /// `sqlite3` session inside `BEGIN IMMEDIATE`, say) before the batch fails with 503. Short,
@@ -81,28 +57,7 @@ pub enum Error {
 
 /// The migrations in `schema.sql`: (version, SQL), in file order.
 pub fn migrations() -> Vec<(i64, &'static str)> {
-    sections(SCHEMA)
-}
-
-/// A schema file's "-- migrate: N" sections: (version, SQL), in file order.
-pub fn sections(schema: &'static str) -> Vec<(i64, &'static str)> {
-    // A marker is a line of its own; the file's header mentions the marker mid-line.
-    const MARK: &str = "\n-- migrate: ";
-    let mut out = Vec::new();
-    let mut rest = schema;
-    while let Some(start) = rest.find(MARK) {
-        let after = &rest[start + MARK.len()..];
-        let line_end = after.find('\n').unwrap_or(after.len());
-        let version: i64 = after[..line_end]
-            .trim()
-            .parse()
-            .expect("a schema file's migrate marker is followed by its version number");
-        let body = &after[line_end..];
-        let end = body.find(MARK).unwrap_or(body.len());
-        out.push((version, &body[..end]));
-        rest = &body[end..];
-    }
-    out
+    super::super::schema_sections(SCHEMA)
 }
 
 /// The schema version this binary writes.
@@ -367,19 +322,6 @@ pub fn release_free_pages(conn: &Connection) -> rusqlite::Result<i64> {
     // Counted by the file's length: releasing also drops the pointer-map pages that
     // tracked the freed ones.
     Ok(pages - page_counts(conn)?.1)
-}
-
-/// The idempotency key of one event at one target: derived from the identity, so it is the
-/// same on every attempt, replay and restart, and even if the identity row was pruned and
-/// the provider sends the event once more.
-pub fn idempotency_key(source: &str, account: &str, event_id: &str, target: &str) -> String {
-    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
-    for part in [source, account, event_id, target] {
-        // Length-prefixed, so that no two different tuples hash the same bytes.
-        ctx.update(&(part.len() as u64).to_be_bytes());
-        ctx.update(part.as_bytes());
-    }
-    format!("hk_{}", hex::encode(&ctx.finish().as_ref()[..16]))
 }
 
 /// A new inbox in a temporary directory and its writer's connection, for unit tests.
@@ -717,17 +659,5 @@ mod tests {
         assert_eq!(free_after, FREE_PAGE_RESERVE);
         assert_eq!(pages_after, pages - released);
         assert!(pages_after < pages / 2, "{pages_after} of {pages}");
-    }
-
-    #[test]
-    fn idempotency_keys_are_stable_and_distinct() {
-        let a = idempotency_key("stripe", "", "evt_1", "app");
-        assert_eq!(a, idempotency_key("stripe", "", "evt_1", "app"));
-        assert_ne!(a, idempotency_key("stripe", "", "evt_1", "audit"));
-        assert_ne!(
-            idempotency_key("ab", "c", "e", "t"),
-            idempotency_key("a", "bc", "e", "t")
-        );
-        assert_eq!(a.len(), 3 + 32);
     }
 }

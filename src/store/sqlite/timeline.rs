@@ -9,7 +9,7 @@
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension};
 
-use super::sql::{self, Db};
+use crate::store::db::{self, Db};
 
 /// The lowest and the highest id. Two subqueries, because SQLite reads a lone `min()` or
 /// `max()` off the end of the b-tree, but `SELECT min(id), max(id)` with every row.
@@ -55,7 +55,7 @@ pub fn window(
     until: Option<&str>,
     sql: &mut String,
     params: &mut Vec<Value>,
-) -> Result<(), sql::Error> {
+) -> Result<(), db::Error> {
     for (t, time_test, id_test) in [
         (since, " AND v.received_at >= ?", " AND v.id >= ?"),
         (until, " AND v.received_at < ?", " AND v.id < ?"),
@@ -117,7 +117,7 @@ mod tests {
         // A scan here made every retention chunk and every overview read the whole
         // identity index: most of a second at 10 million events.
         let c = inbox(&[(1, "a"), (2, "b")]);
-        let plan = super::super::query_plan(&c, ENDS, []);
+        let plan = crate::store::sqlite::schema::query_plan(&c, ENDS, []);
         assert!(
             plan.iter().all(|step| !step.starts_with("SCAN events")),
             "{plan:?}"

@@ -25,38 +25,12 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::{mpsc, oneshot};
 
-use super::commits::Commits;
-use super::ingest::{self, NewEvent, Stored};
-use super::queue::{self, Finished, Recorded};
+use super::{ingest, queue};
 use crate::clock;
 use crate::config::Synchronous;
 use crate::metrics::Metrics;
-
-/// The most jobs in one transaction. Beyond a few hundred rows the fsync is no longer what
-/// dominates a commit (reference/reliability-perf.md §1.5), and a bound keeps one commit's
-/// latency, which every request in it waits for, in check.
-pub const MAX_BATCH: usize = 512;
-
-/// Jobs waiting for the writer. When it is full the disk is far behind the network, and a
-/// new request is answered 503 at once rather than queued into a provider's timeout.
-pub const QUEUE_CAPACITY: usize = 4096;
-
-/// How long a caller waits for its commit before giving up (a request answers 503). A
-/// commit can still land after that; the provider then retries and hears "duplicate", which
-/// is honest. A disk that takes seconds to fsync is better answered late than never.
-pub const COMMIT_WAIT: Duration = Duration::from_secs(10);
-
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum WriteError {
-    #[error("the write queue is full")]
-    QueueFull,
-    #[error("the commit failed: {0}")]
-    CommitFailed(String),
-    #[error("the writer did not answer within {COMMIT_WAIT:?}")]
-    TimedOut,
-    #[error("the writer has stopped")]
-    Stopped,
-}
+use crate::store::batching::{MAX_BATCH, QUEUE_CAPACITY, queue_and_wait};
+use crate::store::{CommitHealth, Commits, Finished, NewEvent, Recorded, Stored, WriteError};
 
 /// Work for the writer thread.
 trait Job: Send {
@@ -127,19 +101,12 @@ enum Op {
 /// into the database file, which webhooks arriving meanwhile would wait behind.
 pub const IDLE_BEFORE_CHECKPOINT: Duration = Duration::from_secs(5);
 
-/// What the writer reports about itself, for `/readyz` and the watchdog.
-#[derive(Debug, Default)]
-pub struct Health {
-    /// False after a failed commit or open, true again after a successful one.
-    pub last_commit_ok: AtomicBool,
-}
-
 /// A handle to the writer thread. Cheap to clone; the thread stops when every handle is
 /// dropped, after committing what was queued.
 #[derive(Clone)]
 pub struct Writer {
     tx: mpsc::Sender<Op>,
-    health: Arc<Health>,
+    health: Arc<CommitHealth>,
     commits: Arc<Commits>,
 }
 
@@ -150,10 +117,31 @@ impl Writer {
         path: PathBuf,
         sync: Synchronous,
         metrics: Arc<Metrics>,
-    ) -> Result<(Writer, JoinHandle<()>), super::Error> {
-        let conn = super::open_writer(&path, sync, true)?;
+    ) -> Result<(Writer, JoinHandle<()>), super::schema::Error> {
+        let conn = super::schema::open_writer(&path, sync, true)?;
+        Ok(Writer::spawn(conn, path, Some(sync), metrics))
+    }
+
+    /// The writer of an operator's command beside a running serve: the inbox must exist
+    /// and be of this binary's schema, which it never migrates (see
+    /// [`super::schema::open_current`]).
+    pub fn start_current(
+        path: PathBuf,
+        metrics: Arc<Metrics>,
+    ) -> Result<(Writer, JoinHandle<()>), super::schema::Error> {
+        let conn = super::schema::open_current(&path)?;
+        Ok(Writer::spawn(conn, path, None, metrics))
+    }
+
+    /// `sync` is None for a command's writer, which reopens without migrating.
+    fn spawn(
+        conn: Connection,
+        path: PathBuf,
+        sync: Option<Synchronous>,
+        metrics: Arc<Metrics>,
+    ) -> (Writer, JoinHandle<()>) {
         let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
-        let health = Arc::new(Health {
+        let health = Arc::new(CommitHealth {
             last_commit_ok: AtomicBool::new(true),
         });
         let state = Loop {
@@ -171,14 +159,14 @@ impl Writer {
             .spawn(move || state.run(rx))
             .expect("spawning the writer thread");
         let commits = Arc::default();
-        Ok((
+        (
             Writer {
                 tx,
                 health,
                 commits,
             },
             handle,
-        ))
+        )
     }
 
     /// Stores one event and waits until its commit returned. A full queue is refused at
@@ -284,32 +272,8 @@ impl Writer {
         answer.await.map_err(|_| WriteError::Stopped)
     }
 
-    pub fn health(&self) -> &Health {
+    pub fn health(&self) -> &CommitHealth {
         &self.health
-    }
-}
-
-/// Queues `op` and waits for its `answer`, the one way every store's callers do: a full
-/// queue is refused at once unless `wait_for_room` (a request answers 503 rather than wait
-/// into its provider's timeout), and no answer within [`COMMIT_WAIT`] is a timeout.
-pub(super) async fn queue_and_wait<O, T>(
-    queue: &mpsc::Sender<O>,
-    op: O,
-    wait_for_room: bool,
-    answer: oneshot::Receiver<Result<T, WriteError>>,
-) -> Result<T, WriteError> {
-    if wait_for_room {
-        queue.send(op).await.map_err(|_| WriteError::Stopped)?;
-    } else {
-        queue.try_send(op).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => WriteError::QueueFull,
-            mpsc::error::TrySendError::Closed(_) => WriteError::Stopped,
-        })?;
-    }
-    match tokio::time::timeout(COMMIT_WAIT, answer).await {
-        Err(_) => Err(WriteError::TimedOut),
-        Ok(Err(_)) => Err(WriteError::Stopped),
-        Ok(Ok(result)) => result,
     }
 }
 
@@ -324,9 +288,10 @@ struct Loop {
     /// is not trusted again (fsync failures cannot be retried on the same handle).
     conn: Option<Connection>,
     path: PathBuf,
-    sync: Synchronous,
+    /// How serve's writer reopens (migrating); None for a command's, which never does.
+    sync: Option<Synchronous>,
     metrics: Arc<Metrics>,
-    health: Arc<Health>,
+    health: Arc<CommitHealth>,
 }
 
 impl Loop {
@@ -440,7 +405,7 @@ impl Loop {
             conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?))
             });
-        let _ = conn.busy_timeout(super::WRITE_LOCK_TIMEOUT);
+        let _ = conn.busy_timeout(super::schema::WRITE_LOCK_TIMEOUT);
         match result {
             // Not again until something was written.
             Ok((0, _, _)) => self.wal_dirty = false,
@@ -453,7 +418,7 @@ impl Loop {
         }
     }
 
-    fn failed(&mut self, e: &super::Error, jobs: usize) {
+    fn failed(&mut self, e: &super::schema::Error, jobs: usize) {
         self.metrics.writer_commit_failures.inc();
         self.health.last_commit_ok.store(false, Ordering::Relaxed);
         tracing::error!(
@@ -476,7 +441,7 @@ impl Loop {
                  ON CONFLICT (id) DO UPDATE SET probed_at = excluded.probed_at",
                 [now],
             )
-            .map_err(super::Error::from)
+            .map_err(super::schema::Error::from)
         });
         match result {
             Ok(_) => {
@@ -492,9 +457,12 @@ impl Loop {
 
     /// The write connection, reopened after a failure. A reopen never creates the file: if
     /// the inbox vanished, a fresh empty one would silently forget every identity.
-    fn connection(&mut self) -> Result<&mut Connection, super::Error> {
+    fn connection(&mut self) -> Result<&mut Connection, super::schema::Error> {
         if self.conn.is_none() {
-            self.conn = Some(super::open_writer(&self.path, self.sync, false)?);
+            self.conn = Some(match self.sync {
+                Some(sync) => super::schema::open_writer(&self.path, sync, false)?,
+                None => super::schema::open_current(&self.path)?,
+            });
             tracing::info!(path = %self.path.display(), "reopened the inbox");
         }
         Ok(self.conn.as_mut().expect("just opened"))
@@ -510,7 +478,10 @@ impl Loop {
 /// and the batch run again with a savepoint per job, which refuses that job alone: a
 /// savepoint per job always cost two more statements and a copy of every page the job
 /// touched, for every job (measured, about a tenth of the writer's time per stored event).
-fn run_batch(conn: &mut Connection, jobs: &mut [Box<dyn Job>]) -> Result<bool, super::Error> {
+fn run_batch(
+    conn: &mut Connection,
+    jobs: &mut [Box<dyn Job>],
+) -> Result<bool, super::schema::Error> {
     let now = clock::iso_now();
     match run_jobs(conn, jobs, &now, false)? {
         Some(active) => Ok(active),
@@ -526,7 +497,7 @@ fn run_jobs(
     jobs: &mut [Box<dyn Job>],
     now: &str,
     savepoints: bool,
-) -> Result<Option<bool>, super::Error> {
+) -> Result<Option<bool>, super::schema::Error> {
     let mut active = false;
     let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     for job in jobs.iter_mut() {
