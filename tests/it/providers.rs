@@ -4,9 +4,10 @@
 //! stale timestamp) is 401 with nothing stored; each handshake gets its exact status,
 //! content type and body, is counted, and stores nothing. Published vectors without a
 //! timestamp go over HTTP too; those with one are checked by the loaded scheme at their
-//! time (the server's clock is the real one).
+//! time (the server's clock is the real one). The README's scheme table and the document's
+//! index both name every scheme of the registry, and the man page every recovery API.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use hookinbox::clock::unix_now;
 use hookinbox::commands::keypair::{self, KeyScheme};
@@ -16,7 +17,72 @@ use hyper::http::Method;
 use crate::support::*;
 
 const DOC: &str = include_str!("../../docs/providers.md");
+const README: &str = include_str!("../../README.md");
 const SECRETS_DIR: &str = "file:/etc/hookinbox/secrets/";
+
+/// The README's scheme table and this document's index each name every scheme of the
+/// registry, and nothing else.
+#[test]
+fn the_readme_and_the_index_name_every_scheme() {
+    let registry: BTreeSet<&str> = hookinbox::scheme::PROVIDERS
+        .iter()
+        .map(|p| p.name)
+        .collect();
+    for (file, listed) in [
+        (
+            "README.md",
+            schemes_in_table(README, "| scheme | provider |"),
+        ),
+        (
+            "docs/providers.md",
+            schemes_in_table(DOC, "| scheme | verifies |"),
+        ),
+    ] {
+        let missing: Vec<&&str> = registry.difference(&listed).collect();
+        let unknown: Vec<&&str> = listed.difference(&registry).collect();
+        assert!(
+            missing.is_empty() && unknown.is_empty(),
+            "{file}'s scheme table: missing {missing:?}, not a scheme {unknown:?}"
+        );
+    }
+}
+
+/// The man page's `[sources.recover]` names every provider with a recovery API, and its
+/// default URL.
+#[test]
+fn the_man_page_names_every_recovery_api() {
+    use hookinbox::config::reference::{IfAbsent, SECTIONS};
+    use hookinbox::scheme::providers;
+    let apis = providers::names_with(|p| p.recovery.is_some());
+    let urls: Vec<&str> = apis
+        .iter()
+        .filter_map(|name| providers::find(name)?.recovery.as_ref())
+        .map(|r| r.url)
+        .collect();
+    let recover = SECTIONS
+        .iter()
+        .find(|s| s.header == "[sources.recover]")
+        .expect("the man page has a [sources.recover]");
+    let key = |name: &str| recover.keys.iter().find(|k| k.name == name).unwrap();
+    assert_eq!(key("api").form, apis.join(" or "));
+    let default_url = key("api_url").if_absent;
+    assert!(
+        matches!(default_url, IfAbsent::Derived(d) if d == urls.join(", ")),
+        "{default_url:?}, but the providers declare {urls:?}"
+    );
+}
+
+/// The names in backquotes in the first column of the table whose header row starts with
+/// `header`.
+fn schemes_in_table<'a>(text: &'a str, header: &str) -> BTreeSet<&'a str> {
+    text.lines()
+        .skip_while(|l| !l.starts_with(header))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .filter_map(|row| row.split('|').nth(1))
+        .flat_map(|cell| cell.split('`').skip(1).step_by(2))
+        .collect()
+}
 
 /// Every ```toml block of the document, in order.
 fn snippets() -> Vec<&'static str> {
