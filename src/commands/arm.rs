@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use crate::config::Offline;
+use crate::scheme::providers;
 use crate::store::Location;
 use crate::{clock, store};
 
@@ -44,13 +45,13 @@ pub fn run(
             names.join(", ")
         );
     };
-    let learns = crate::scheme::providers::asana::PROVIDER.name;
-    if source.scheme != learns {
+    if !providers::find(&source.scheme).is_some_and(|p| p.learns_secret) {
         anyhow::bail!(
             "source {:?} has scheme {:?}, whose secret is in its configuration; arm is for \
-             schemes that hand their secret over in a handshake ({learns})",
+             schemes that hand their secret over in a handshake ({})",
             source.name,
-            source.scheme
+            source.scheme,
+            providers::names_with(|p| p.learns_secret).join(", ")
         );
     }
     if args.window.is_zero() || args.window > MAX_WINDOW {

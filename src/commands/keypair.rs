@@ -1,24 +1,59 @@
 //! `hookinbox keypair`: a test key pair for a scheme verified with public keys (Discord,
-//! SendGrid, Standard Webhooks `v1a`), so that a source can be tried with `hookinbox sign`
-//! before the provider is connected. The public half goes in the source's `secrets`; the
-//! private half only ever into `sign --signing-key`. A provider signs with its own key: this
-//! one is for testing.
+//! SendGrid, Standard Webhooks `v1a`: every provider that declares [`PublicKeys`]), so that
+//! a source can be tried with `hookinbox sign` before the provider is connected. The public
+//! half goes in the source's `secrets`; the private half only ever into `sign
+//! --signing-key`. A provider signs with its own key: this one is for testing.
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::LazyLock;
 
 use anyhow::Context as _;
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
-use ring::rand::SystemRandom;
-use ring::signature::{self, EcdsaKeyPair, Ed25519KeyPair, KeyPair as _};
 
-/// The schemes that verify with a public key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum KeyScheme {
-    Discord,
-    Sendgrid,
-    StandardWebhooks,
+use crate::scheme::providers::{self, Provider, PublicKeys};
+
+/// A scheme verified with public keys: one whose provider declares how to make a test pair.
+#[derive(Clone, Copy)]
+pub struct KeyScheme(&'static Provider);
+
+/// Every [`KeyScheme`], sorted by name, as `--help` lists them.
+static KEY_SCHEMES: LazyLock<Vec<KeyScheme>> = LazyLock::new(|| {
+    providers::names_with(|p| p.public_keys.is_some())
+        .into_iter()
+        .filter_map(KeyScheme::named)
+        .collect()
+});
+
+impl KeyScheme {
+    /// The scheme called `name`, if it is verified with public keys.
+    pub fn named(name: &str) -> Option<KeyScheme> {
+        providers::find(name)
+            .filter(|p| p.public_keys.is_some())
+            .map(KeyScheme)
+    }
+
+    fn keys(self) -> &'static PublicKeys {
+        self.0
+            .public_keys
+            .as_ref()
+            .expect("a KeyScheme is made only of a provider with public keys")
+    }
+}
+
+impl std::fmt::Debug for KeyScheme {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0.name)
+    }
+}
+
+impl clap::ValueEnum for KeyScheme {
+    fn value_variants<'a>() -> &'a [Self] {
+        &KEY_SCHEMES
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.0.name))
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -35,35 +70,8 @@ pub struct Args {
 /// The public key as the source's `secrets` takes it, and the private key as
 /// `sign --signing-key` takes it.
 pub fn generate(scheme: KeyScheme) -> anyhow::Result<(String, String)> {
-    let rng = SystemRandom::new();
-    Ok(match scheme {
-        KeyScheme::Discord | KeyScheme::StandardWebhooks => {
-            let pkcs8 = Ed25519KeyPair::generate_pkcs8(&rng)
-                .map_err(|_| anyhow::anyhow!("the system's random source failed"))?;
-            let pair = Ed25519KeyPair::from_pkcs8(pkcs8.as_ref())
-                .map_err(|_| anyhow::anyhow!("ring made a key it cannot read"))?;
-            if scheme == KeyScheme::Discord {
-                (
-                    hex::encode(pair.public_key().as_ref()),
-                    hex::encode(pkcs8.as_ref()),
-                )
-            } else {
-                (
-                    crate::scheme::providers::standard_webhooks::public_key(&pair),
-                    format!("whsk_{}", STANDARD.encode(pkcs8.as_ref())),
-                )
-            }
-        }
-        KeyScheme::Sendgrid => {
-            let alg = &signature::ECDSA_P256_SHA256_ASN1_SIGNING;
-            let pkcs8 = EcdsaKeyPair::generate_pkcs8(alg, &rng)
-                .map_err(|_| anyhow::anyhow!("the system's random source failed"))?;
-            let pair = EcdsaKeyPair::from_pkcs8(alg, pkcs8.as_ref(), &rng)
-                .map_err(|_| anyhow::anyhow!("ring made a key it cannot read"))?;
-            let spki = crate::scheme::providers::sendgrid::spki(pair.public_key().as_ref());
-            (STANDARD.encode(spki), STANDARD.encode(pkcs8.as_ref()))
-        }
-    })
+    let pair = (scheme.keys().test_pair)().map_err(anyhow::Error::msg)?;
+    Ok((pair.public, pair.private))
 }
 
 pub fn run(args: &Args, out: &mut impl Write) -> anyhow::Result<()> {

@@ -16,6 +16,7 @@ use crate::clock;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::recover::{self, Item, Plan, Window};
+use crate::scheme::providers;
 use crate::store;
 use crate::terminal::{Progress, Table};
 
@@ -65,8 +66,7 @@ pub fn run(
             super::NotFound(format!("no source {:?} in {}", args.source, path.display()))
         })?;
     if source.recover.is_none() {
-        let apis = crate::config::RECOVER_APIS;
-        if apis.contains(&source.scheme.name()) {
+        if source.scheme.provider().recovery.is_some() {
             anyhow::bail!(
                 "source {:?} has no recover table: add recover = {{ api = \"{}\", … }} to it \
                  (man hookinbox, [sources.recover])",
@@ -79,7 +79,7 @@ pub fn run(
              of {} sources, and its scheme is {:?}; ask the provider to redeliver them (most \
              have a button or an API for it), and `hookinbox gaps` shows when it was down",
             source.name,
-            apis.join(" and "),
+            providers::names_with(|p| p.recovery.is_some()).join(" and "),
             source.scheme.name()
         );
     }

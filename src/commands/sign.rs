@@ -75,7 +75,7 @@ pub fn run(config: &Config, args: &Args, out: &mut impl Write) -> anyhow::Result
             src.scheme.name()
         ),
         // A secret learnt from a handshake is in the inbox, not the config.
-        None if verifier.learns_secret() => learnt_secret(&config.store, source)?,
+        None if src.scheme.provider().learns_secret => learnt_secret(&config.store, source)?,
         None => None,
     };
     let id = args.id.clone().unwrap_or_else(|| {

@@ -28,7 +28,6 @@ use crate::secret::{Origin, Secret};
 
 use raw::RawConfig;
 pub use raw::{parse_duration, parse_size};
-pub(crate) use validate::RECOVER_APIS;
 pub use validate::pg_store_from;
 
 /// Where `--config` points when it is not given: the packaged location, else the current

@@ -8,6 +8,7 @@ use hyper::http::{HeaderName, StatusCode};
 
 use super::raw::{RawConfig, RawId, RawPostgres, RawRecover, RawSource, RawTarget};
 use super::*;
+use crate::scheme::providers::RecoveryApi;
 use crate::scheme::setup::Loaded;
 use crate::scheme::{self, IdRule, Scheme, Setup};
 use crate::secret::{self, Origin, Secret};
@@ -572,9 +573,6 @@ fn validate_pg_connection(
     Ok((pg.url, password, tls))
 }
 
-/// The provider APIs `recover.api` may name, with the scheme each one fills.
-pub(crate) const RECOVER_APIS: &[&str] = &["github", "stripe"];
-
 fn validate_recover(
     r: RawRecover,
     scheme: &Scheme,
@@ -582,13 +580,13 @@ fn validate_recover(
     load: &dyn Fn(&str) -> Result<Secret, String>,
 ) -> Result<Recover, String> {
     let at = format!("{at}.recover");
-    if !RECOVER_APIS.contains(&r.api.as_str()) {
+    let Some(recovery) = scheme::providers::find(&r.api).and_then(|p| p.recovery.as_ref()) else {
         return Err(format!(
             "{at}.api {:?} is not an API hookinbox recovers from; it knows {}",
             r.api,
-            RECOVER_APIS.join(", ")
+            scheme::providers::names_with(|p| p.recovery.is_some()).join(", ")
         ));
-    }
+    };
     if scheme.name() != r.api {
         return Err(format!(
             "{at}.api is {:?} but the source's scheme is {:?}: recovery fills a source from \
@@ -608,11 +606,7 @@ fn validate_recover(
     if !(MIN_RECOVER_EVERY..=MAX_RECOVER_EVERY).contains(&r.every) {
         return Err(format!("{at}.every must be between 1m and 7d"));
     }
-    let default_url = match r.api.as_str() {
-        "github" => "https://api.github.com",
-        _ => "https://api.stripe.com",
-    };
-    let url = r.api_url.as_deref().unwrap_or(default_url);
+    let url = r.api_url.as_deref().unwrap_or(recovery.url);
     let base =
         reqwest::Url::parse(url).map_err(|e| format!("{at}.api_url {url:?} is not a URL: {e}"))?;
     let loopback = base.host_str().is_some_and(is_this_machine);
@@ -631,98 +625,103 @@ fn validate_recover(
     };
     let secret =
         |key: &str, reference: &str| load(reference).map_err(|e| format!("{at}.{key}: {e}"));
-    let api = if r.api == "github" {
-        unused(&[("key", r.key.is_some()), ("types", !r.types.is_empty())])?;
-        let hook = match (r.repo, r.org, r.hook_id) {
-            (Some(repo), None, Some(hook_id)) => {
-                let parts: Vec<&str> = repo.split('/').collect();
-                let part_ok = |p: &str| {
-                    !p.is_empty()
-                        && p.bytes()
-                            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
-                };
-                if parts.len() != 2 || !parts.iter().all(|p| part_ok(p)) {
+    let api = match recovery.api {
+        RecoveryApi::GitHubDeliveries => {
+            unused(&[("key", r.key.is_some()), ("types", !r.types.is_empty())])?;
+            let hook = match (r.repo, r.org, r.hook_id) {
+                (Some(repo), None, Some(hook_id)) => {
+                    let parts: Vec<&str> = repo.split('/').collect();
+                    let part_ok = |p: &str| {
+                        !p.is_empty()
+                            && p.bytes()
+                                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+                    };
+                    if parts.len() != 2 || !parts.iter().all(|p| part_ok(p)) {
+                        return Err(format!(
+                            "{at}.repo {repo:?} must be owner/name, as in the repository's URL"
+                        ));
+                    }
+                    GitHubHook::Repo { repo, hook_id }
+                }
+                (None, Some(org), Some(hook_id)) => {
+                    if org.is_empty()
+                        || !org.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                    {
+                        return Err(format!("{at}.org {org:?} is not an organisation's name"));
+                    }
+                    GitHubHook::Org { org, hook_id }
+                }
+                (None, None, None) => GitHubHook::App,
+                (Some(_), Some(_), _) => {
+                    return Err(format!("{at}: set repo or org, not both"));
+                }
+                (_, _, None) => {
                     return Err(format!(
-                        "{at}.repo {repo:?} must be owner/name, as in the repository's URL"
+                        "{at}.hook_id is missing: the number at the end of the hook's settings URL \
+                         (…/settings/hooks/123)"
                     ));
                 }
-                GitHubHook::Repo { repo, hook_id }
-            }
-            (None, Some(org), Some(hook_id)) => {
-                if org.is_empty() || !org.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
-                    return Err(format!("{at}.org {org:?} is not an organisation's name"));
+                (None, None, Some(_)) => {
+                    return Err(format!(
+                        "{at}: hook_id needs repo = \"owner/name\" or org = \"name\" (a GitHub \
+                         App's own hook has no id: set app_id and private_key instead)"
+                    ));
                 }
-                GitHubHook::Org { org, hook_id }
-            }
-            (None, None, None) => GitHubHook::App,
-            (Some(_), Some(_), _) => {
-                return Err(format!("{at}: set repo or org, not both"));
-            }
-            (_, _, None) => {
-                return Err(format!(
-                    "{at}.hook_id is missing: the number at the end of the hook's settings \
-                     URL (…/settings/hooks/123)"
-                ));
-            }
-            (None, None, Some(_)) => {
-                return Err(format!(
-                    "{at}: hook_id needs repo = \"owner/name\" or org = \"name\" (a GitHub \
-                     App's own hook has no id: set app_id and private_key instead)"
-                ));
-            }
-        };
-        let auth = match (&hook, r.token, r.app_id, r.private_key) {
-            (GitHubHook::App, None, Some(app_id), Some(key)) => GitHubAuth::App {
-                app_id,
-                private_key: secret("private_key", &key)?,
-            },
-            (GitHubHook::App, _, _, _) => {
-                return Err(format!(
-                    "{at}: a GitHub App's hook is reached with app_id and private_key \
-                     (for a repository's or an organisation's hook, set repo or org, hook_id \
-                     and token)"
-                ));
-            }
-            (_, Some(token), None, None) => GitHubAuth::Token(secret("token", &token)?),
-            (_, None, None, None) => {
-                return Err(format!(
-                    "{at}.token is missing: a token that may read and redeliver the hook's \
-                     deliveries (a fine-grained token with \"Webhooks\" read and write), as a \
-                     secret spec like \"file:/etc/hookinbox/secrets/github-token\""
-                ));
-            }
-            _ => {
-                return Err(format!(
-                    "{at}: app_id and private_key reach only a GitHub App's own hook; a \
-                     repository's or an organisation's hook takes a token"
-                ));
-            }
-        };
-        RecoverApi::GitHub { hook, auth }
-    } else {
-        unused(&[
-            ("repo", r.repo.is_some()),
-            ("org", r.org.is_some()),
-            ("hook_id", r.hook_id.is_some()),
-            ("token", r.token.is_some()),
-            ("app_id", r.app_id.is_some()),
-            ("private_key", r.private_key.is_some()),
-        ])?;
-        let Some(key) = r.key else {
-            return Err(format!(
-                "{at}.key is missing: a restricted key (rk_…) with read access to Events, as a \
-                 secret spec like \"file:/etc/hookinbox/secrets/stripe-key\""
-            ));
-        };
-        if r.types.len() > 20 {
-            return Err(format!(
-                "{at}.types lists {} event types; Stripe filters by at most 20",
-                r.types.len()
-            ));
+            };
+            let auth = match (&hook, r.token, r.app_id, r.private_key) {
+                (GitHubHook::App, None, Some(app_id), Some(key)) => GitHubAuth::App {
+                    app_id,
+                    private_key: secret("private_key", &key)?,
+                },
+                (GitHubHook::App, _, _, _) => {
+                    return Err(format!(
+                        "{at}: a GitHub App's hook is reached with app_id and private_key (for a \
+                         repository's or an organisation's hook, set repo or org, hook_id and \
+                         token)"
+                    ));
+                }
+                (_, Some(token), None, None) => GitHubAuth::Token(secret("token", &token)?),
+                (_, None, None, None) => {
+                    return Err(format!(
+                        "{at}.token is missing: a token that may read and redeliver the hook's \
+                         deliveries (a fine-grained token with \"Webhooks\" read and write), as a \
+                         secret spec like \"file:/etc/hookinbox/secrets/github-token\""
+                    ));
+                }
+                _ => {
+                    return Err(format!(
+                        "{at}: app_id and private_key reach only a GitHub App's own hook; a \
+                         repository's or an organisation's hook takes a token"
+                    ));
+                }
+            };
+            RecoverApi::GitHub { hook, auth }
         }
-        RecoverApi::Stripe {
-            key: secret("key", &key)?,
-            types: r.types,
+        RecoveryApi::StripeEvents => {
+            unused(&[
+                ("repo", r.repo.is_some()),
+                ("org", r.org.is_some()),
+                ("hook_id", r.hook_id.is_some()),
+                ("token", r.token.is_some()),
+                ("app_id", r.app_id.is_some()),
+                ("private_key", r.private_key.is_some()),
+            ])?;
+            let Some(key) = r.key else {
+                return Err(format!(
+                    "{at}.key is missing: a restricted key (rk_…) with read access to Events, as a \
+                     secret spec like \"file:/etc/hookinbox/secrets/stripe-key\""
+                ));
+            };
+            if r.types.len() > 20 {
+                return Err(format!(
+                    "{at}.types lists {} event types; Stripe filters by at most 20",
+                    r.types.len()
+                ));
+            }
+            RecoverApi::Stripe {
+                key: secret("key", &key)?,
+                types: r.types,
+            }
         }
     };
     Ok(Recover {

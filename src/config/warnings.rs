@@ -30,17 +30,14 @@ fn replay_hole(scheme: &scheme::Scheme) -> Option<String> {
     ))
 }
 
-/// Whether the secret in `path` is a public key, which anyone may read: every secret of the
-/// schemes verified with one, and a Standard Webhooks `whpk_` key (its `whsec_` ones are
-/// shared secrets).
-fn public_key(scheme: &str, path: &Path) -> bool {
-    match scheme {
-        "discord" | "sendgrid" => true,
-        "standard-webhooks" => {
-            std::fs::read(path).is_ok_and(|b| b.trim_ascii().starts_with(b"whpk_"))
-        }
-        _ => false,
-    }
+/// Whether the secret in `path` is a public key, which anyone may read, as the provider
+/// declares them (a Standard Webhooks `whpk_` key is one, its `whsec_` ones are shared).
+fn public_key(scheme: &scheme::Scheme, path: &Path) -> bool {
+    scheme
+        .provider()
+        .public_keys
+        .as_ref()
+        .is_some_and(|keys| keys.is_public_key(|| std::fs::read(path).ok()))
 }
 
 /// Whether others than the owner and group may read `path`.
@@ -63,9 +60,7 @@ impl Config {
                          \"file:/etc/hookinbox/secrets/{}\", \"env:NAME\" or \"credential:NAME\"",
                         s.name, s.name
                     )),
-                    Origin::File(path)
-                        if world_readable(path) && !public_key(s.scheme.name(), path) =>
-                    {
+                    Origin::File(path) if world_readable(path) && !public_key(&s.scheme, path) => {
                         out.push(format!(
                             "source {:?}: secret file {} is readable by every user; chmod \
                              600 it (owned by the service user)",
@@ -82,11 +77,18 @@ impl Config {
                     _ => {}
                 }
             }
-            if s.scheme.name() == "github" && s.recover.is_none() && !postgres {
+            if let Some(lost) = s
+                .scheme
+                .provider()
+                .recovery
+                .as_ref()
+                .and_then(|r| r.unrecovered)
+                && s.recover.is_none()
+                && !postgres
+            {
                 out.push(format!(
-                    "source {:?}: GitHub never sends a delivery again by itself, so what it \
-                     sent while hookinbox was down or refusing it stays missing; a recover table \
-                     asks for it (README, \"Recovering what was missed\")",
+                    "source {:?}: {lost}; a recover table asks for it (README, \"Recovering \
+                     what was missed\")",
                     s.name
                 ));
             }

@@ -352,7 +352,7 @@ impl Receiver {
             now: clock::unix_now(),
         };
         let scheme = &source.config.scheme;
-        let learnt = if scheme.verifier().learns_secret() {
+        let learnt = if scheme.provider().learns_secret {
             self.learnt
                 .read()
                 .expect("no panics while holding the lock")
@@ -383,7 +383,7 @@ impl Receiver {
         };
         let mut verdict = scheme.verify_with(&input, learnt.as_ref(), fetched.as_deref());
         if verdict.is_err()
-            && scheme.verifier().learns_secret()
+            && scheme.provider().learns_secret
             && let Some(newer) = self.learnt_elsewhere(source, learnt.as_ref()).await
         {
             verdict = scheme.verify_with(&input, Some(&newer), fetched.as_deref());

@@ -4,6 +4,7 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE};
 use ring::hmac;
+use ring::rand::SystemRandom;
 use serde::Deserialize;
 
 use crate::secret::Secret;
@@ -141,6 +142,28 @@ pub fn ed25519_pair(bytes: &[u8]) -> Result<ring::signature::Ed25519KeyPair, Str
     pair.map_err(|_| {
         "not an Ed25519 private key (a 32-byte seed, seed and public key, or PKCS#8)".to_owned()
     })
+}
+
+/// A new key pair, for `hookinbox keypair`: its PKCS#8 document, and the pair read back
+/// from it (`generate` and `read` are ring's, for one algorithm).
+pub fn new_pair<P>(
+    generate: impl FnOnce(&SystemRandom) -> Result<ring::pkcs8::Document, ring::error::Unspecified>,
+    read: impl FnOnce(&[u8], &SystemRandom) -> Result<P, ring::error::KeyRejected>,
+) -> Result<(Vec<u8>, P), String> {
+    let rng = SystemRandom::new();
+    let pkcs8 = generate(&rng).map_err(|_| "the system's random source failed".to_owned())?;
+    let pair =
+        read(pkcs8.as_ref(), &rng).map_err(|_| "ring made a key it cannot read".to_owned())?;
+    Ok((pkcs8.as_ref().to_vec(), pair))
+}
+
+/// A new Ed25519 key pair (Discord, Standard Webhooks `v1a`).
+pub fn new_ed25519() -> Result<(Vec<u8>, ring::signature::Ed25519KeyPair), String> {
+    use ring::signature::Ed25519KeyPair;
+    new_pair(
+        |rng| Ed25519KeyPair::generate_pkcs8(rng),
+        |der, _| Ed25519KeyPair::from_pkcs8(der),
+    )
 }
 
 /// The DER of a private key given as PEM (`-----BEGIN PRIVATE KEY-----` …) or as bare

@@ -12,7 +12,8 @@
 //! (its own keys beside the common ones, through [`Setup`]), prepares its keys, and returns a
 //! [`Verifier`]. The verifier owns everything scheme-specific: the check, the handshakes, the
 //! default identity rule, the redelivery horizon `check` warns about, and the signer behind
-//! `hookinbox sign`.
+//! `hookinbox sign`. What holds before any source is configured (public keys, a secret
+//! learnt in a handshake, a recovery API) the `PROVIDER` declares.
 
 pub mod hmac;
 pub mod json;
@@ -418,12 +419,6 @@ pub trait Verifier: Send + Sync + fmt::Debug {
         Err("this scheme fetches no keys".into())
     }
 
-    /// Whether the source's secret is learnt from a handshake (Asana) rather than
-    /// configured: the receive path then keeps it and hands it over in [`Ctx::learnt`].
-    fn learns_secret(&self) -> bool {
-        false
-    }
-
     /// Whether signing needs [`Draft::signing_key`]: the source holds public keys only.
     fn needs_signing_key(&self) -> bool {
         false
@@ -445,7 +440,10 @@ pub trait Verifier: Send + Sync + fmt::Debug {
         false
     }
 
-    /// Whether the signature covers the whole body (not only some of its fields, as SNS's).
+    /// Whether the proof covers every byte of the body: not where it covers only some of
+    /// its fields (SNS), nor where nothing of the body is signed (a token or Basic
+    /// credentials sent as they are, Microsoft Graph's `clientState`, Mailgun's signed
+    /// timestamp and token).
     fn signs_whole_body(&self) -> bool {
         true
     }
@@ -499,7 +497,7 @@ pub fn demo_body(id: &str) -> Vec<u8> {
 /// A configured scheme: the provider's verifier and the source's common rules.
 #[derive(Debug)]
 pub struct Scheme {
-    name: &'static str,
+    provider: &'static Provider,
     verifier: Box<dyn Verifier>,
     tolerance: Duration,
     id: Option<IdRule>,
@@ -557,7 +555,7 @@ impl Scheme {
             ));
         }
         Ok(Scheme {
-            name: provider.name,
+            provider,
             tolerance: tolerance.unwrap_or(verifier.default_tolerance()),
             verifier,
             id,
@@ -566,7 +564,12 @@ impl Scheme {
 
     /// The scheme's name in configuration files.
     pub fn name(&self) -> &'static str {
-        self.name
+        self.provider.name
+    }
+
+    /// The provider as the registry knows it, with what it declares.
+    pub fn provider(&self) -> &'static Provider {
+        self.provider
     }
 
     pub fn tolerance(&self) -> Duration {

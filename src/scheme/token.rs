@@ -179,6 +179,11 @@ impl Verifier for Token {
         self.methods
     }
 
+    /// Nothing of the body is signed: the token or the credentials are the whole proof.
+    fn signs_whole_body(&self) -> bool {
+        false
+    }
+
     fn default_id(&self) -> Option<IdRule> {
         self.preset.id.clone()
     }

@@ -45,7 +45,9 @@
 //! - `inspect`: `events`, `show`, `conflicts` and `dead` on a real inbox: filters, pages,
 //!   exact bodies, exit codes, and provider strings escaped before a terminal.
 //! - `providers`: every source of docs/providers.md, loaded from the document, over HTTP:
-//!   fresh, replayed, each failure, each handshake's exact answer; published vectors.
+//!   fresh, replayed, each failure, each handshake's exact answer; published vectors; the
+//!   README's and the document's scheme tables, and the man page's recovery APIs, against
+//!   the registry.
 //! - `sns` (with `--features sns-test-host`): Amazon SNS against the real binary and a local
 //!   certificate host: signature versions 1 and 2, pinned topics, certificate hosts,
 //!   subscription confirmation.

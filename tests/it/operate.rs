@@ -596,9 +596,8 @@ async fn check_warns_about_short_retention_and_readable_secret_files() {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap();
     // A public key may be read by anyone: no warning for it.
-    let (public, _) =
-        hookinbox::commands::keypair::generate(hookinbox::commands::keypair::KeyScheme::Discord)
-            .unwrap();
+    use hookinbox::commands::keypair::{KeyScheme, generate};
+    let (public, _) = generate(KeyScheme::named("discord").unwrap()).unwrap();
     let public_file = dir.path().join("discord.pub");
     std::fs::write(&public_file, format!("{public}\n")).unwrap();
     std::fs::set_permissions(&public_file, std::fs::Permissions::from_mode(0o644)).unwrap();

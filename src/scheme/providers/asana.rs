@@ -27,8 +27,8 @@ const SIGNATURE_HEADER: &str = "X-Hook-Signature";
 const MAX_SECRET: usize = 256;
 
 pub const PROVIDER: super::Provider = super::Provider {
-    name: "asana",
-    build,
+    learns_secret: true,
+    ..super::Provider::new("asana", build)
 };
 
 fn build(setup: &mut Setup) -> Result<Box<dyn Verifier>, String> {
@@ -106,10 +106,6 @@ impl Verifier for Asana {
                                          "resource": { "gid": "1", "resource_type": "task" } }] })
         .to_string()
         .into_bytes()
-    }
-
-    fn learns_secret(&self) -> bool {
-        true
     }
 
     fn default_id(&self) -> Option<IdRule> {

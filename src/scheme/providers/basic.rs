@@ -6,10 +6,7 @@ use crate::scheme::hmac::Preset;
 use crate::scheme::token::{Carrier, Token, TokenCheck};
 use crate::scheme::{Setup, Verifier};
 
-pub const PROVIDER: super::Provider = super::Provider {
-    name: "basic",
-    build,
-};
+pub const PROVIDER: super::Provider = super::Provider::new("basic", build);
 
 fn build(setup: &mut Setup) -> Result<Box<dyn Verifier>, String> {
     let check = TokenCheck::new(setup, Carrier::Basic)?;

@@ -30,9 +30,22 @@ const SIGNATURE_HEADER: &str = "X-Signature-Ed25519";
 const TIMESTAMP_HEADER: &str = "X-Signature-Timestamp";
 
 pub const PROVIDER: super::Provider = super::Provider {
-    name: "discord",
-    build,
+    public_keys: Some(super::PublicKeys {
+        prefix: None,
+        test_pair,
+    }),
+    ..super::Provider::new("discord", build)
 };
+
+/// A pair as the developer portal shows the public key (hex); the private key is PKCS#8,
+/// in hex, which [`signing_pair`] reads.
+fn test_pair() -> Result<super::KeyPair, String> {
+    let (pkcs8, pair) = crate::scheme::keys::new_ed25519()?;
+    Ok(super::KeyPair {
+        public: public_key_hex(&pair),
+        private: hex::encode(pkcs8),
+    })
+}
 
 fn build(setup: &mut Setup) -> Result<Box<dyn Verifier>, String> {
     let keys = setup.keys(|s| {

@@ -14,10 +14,7 @@ const SIGNATURE_HEADER: &str = "X-Dropbox-Signature";
 /// Dropbox's challenges are short random strings; anything far longer is not one.
 const MAX_CHALLENGE: usize = 1024;
 
-pub const PROVIDER: super::Provider = super::Provider {
-    name: "dropbox",
-    build,
-};
+pub const PROVIDER: super::Provider = super::Provider::new("dropbox", build);
 
 fn build(setup: &mut Setup) -> Result<Box<dyn Verifier>, String> {
     let spec = Spec {

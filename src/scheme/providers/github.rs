@@ -19,8 +19,15 @@ const DELIVERY_HEADER: &str = "x-github-delivery";
 const EVENT_HEADER: &str = "X-GitHub-Event";
 
 pub const PROVIDER: super::Provider = super::Provider {
-    name: "github",
-    build,
+    recovery: Some(super::Recovery {
+        api: super::RecoveryApi::GitHubDeliveries,
+        url: "https://api.github.com",
+        unrecovered: Some(
+            "GitHub never sends a delivery again by itself, so what it sent while hookinbox \
+             was down or refusing it stays missing",
+        ),
+    }),
+    ..super::Provider::new("github", build)
 };
 
 fn build(setup: &mut Setup) -> Result<Box<dyn Verifier>, String> {

@@ -16,10 +16,7 @@ const TOKEN_HEADER: &str = "x-gitlab-token";
 const IDEMPOTENCY_HEADER: &str = "idempotency-key";
 const EVENT_UUID_HEADER: &str = "x-gitlab-event-uuid";
 
-pub const PROVIDER: super::Provider = super::Provider {
-    name: "gitlab",
-    build,
-};
+pub const PROVIDER: super::Provider = super::Provider::new("gitlab", build);
 
 fn build(setup: &mut Setup) -> Result<Box<dyn Verifier>, String> {
     let carrier = Carrier::Header {

@@ -15,10 +15,7 @@ struct Settings {
     public_url: Option<String>,
 }
 
-pub const PROVIDER: super::Provider = super::Provider {
-    name: "hmac",
-    build,
-};
+pub const PROVIDER: super::Provider = super::Provider::new("hmac", build);
 
 fn build(setup: &mut Setup) -> Result<Box<dyn Verifier>, String> {
     let settings: Settings = setup.settings()?;

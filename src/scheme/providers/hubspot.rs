@@ -21,10 +21,7 @@ use crate::scheme::{IdRule, Setup, Verifier};
 const SIGNATURE_HEADER: &str = "X-HubSpot-Signature-v3";
 const TIMESTAMP_HEADER: &str = "X-HubSpot-Request-Timestamp";
 
-pub const PROVIDER: super::Provider = super::Provider {
-    name: "hubspot",
-    build,
-};
+pub const PROVIDER: super::Provider = super::Provider::new("hubspot", build);
 
 fn build(setup: &mut Setup) -> Result<Box<dyn Verifier>, String> {
     let public_url = UrlSettings::required(setup)?;

@@ -11,10 +11,7 @@ use crate::scheme::{IdRule, Setup, Verifier};
 
 const SIGNATURE_HEADER: &str = "Linear-Signature";
 
-pub const PROVIDER: super::Provider = super::Provider {
-    name: "linear",
-    build,
-};
+pub const PROVIDER: super::Provider = super::Provider::new("linear", build);
 
 fn build(setup: &mut Setup) -> Result<Box<dyn Verifier>, String> {
     let spec = Spec {

@@ -17,10 +17,7 @@ use crate::scheme::{
     Ctx, Draft, Horizon, IdRule, Identity, Input, Reject, Sample, Setup, Verdict, Verifier, value,
 };
 
-pub const PROVIDER: super::Provider = super::Provider {
-    name: "mailgun",
-    build,
-};
+pub const PROVIDER: super::Provider = super::Provider::new("mailgun", build);
 
 fn build(setup: &mut Setup) -> Result<Box<dyn Verifier>, String> {
     Ok(Box::new(Mailgun {
@@ -136,6 +133,11 @@ impl Verifier for Mailgun {
 
     fn signs_timestamp(&self) -> bool {
         true
+    }
+
+    /// Only the timestamp and the token are signed, not the event data.
+    fn signs_whole_body(&self) -> bool {
+        false
     }
 
     fn default_id(&self) -> Option<IdRule> {

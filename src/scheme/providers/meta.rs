@@ -19,10 +19,7 @@ use crate::secret::Secret;
 
 const SIGNATURE_HEADER: &str = "X-Hub-Signature-256";
 
-pub const PROVIDER: super::Provider = super::Provider {
-    name: "meta",
-    build,
-};
+pub const PROVIDER: super::Provider = super::Provider::new("meta", build);
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

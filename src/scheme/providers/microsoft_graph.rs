@@ -18,10 +18,7 @@ use crate::scheme::{
 /// Graph's tokens are a few hundred characters; a longer one is not Graph's.
 const MAX_TOKEN: usize = 4096;
 
-pub const PROVIDER: super::Provider = super::Provider {
-    name: "microsoft-graph",
-    build,
-};
+pub const PROVIDER: super::Provider = super::Provider::new("microsoft-graph", build);
 
 fn build(setup: &mut Setup) -> Result<Box<dyn Verifier>, String> {
     Ok(Box::new(Graph {
@@ -81,6 +78,11 @@ impl Verifier for Graph {
             headers: Vec::new(),
             body: Vec::new(),
         })
+    }
+
+    /// Nothing is signed: `clientState` is compared, the rest of the body is not.
+    fn signs_whole_body(&self) -> bool {
+        false
     }
 
     fn default_id(&self) -> Option<IdRule> {

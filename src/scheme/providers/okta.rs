@@ -23,10 +23,7 @@ struct Settings {
     token: Option<TokenSpec>,
 }
 
-pub const PROVIDER: super::Provider = super::Provider {
-    name: "okta",
-    build,
-};
+pub const PROVIDER: super::Provider = super::Provider::new("okta", build);
 
 fn build(setup: &mut Setup) -> Result<Box<dyn Verifier>, String> {
     let settings: Settings = setup.settings()?;

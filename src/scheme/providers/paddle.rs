@@ -13,10 +13,7 @@ use crate::scheme::{IdRule, Setup, Verifier};
 
 const SIGNATURE_HEADER: &str = "Paddle-Signature";
 
-pub const PROVIDER: super::Provider = super::Provider {
-    name: "paddle",
-    build,
-};
+pub const PROVIDER: super::Provider = super::Provider::new("paddle", build);
 
 fn build(setup: &mut Setup) -> Result<Box<dyn Verifier>, String> {
     let spec = Spec {

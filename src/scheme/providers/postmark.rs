@@ -9,10 +9,7 @@ use crate::scheme::hmac::{Preset, TypeAt};
 use crate::scheme::token::{Carrier, Token, TokenCheck};
 use crate::scheme::{IdRule, Setup, Verifier};
 
-pub const PROVIDER: super::Provider = super::Provider {
-    name: "postmark",
-    build,
-};
+pub const PROVIDER: super::Provider = super::Provider::new("postmark", build);
 
 fn build(setup: &mut Setup) -> Result<Box<dyn Verifier>, String> {
     let check = TokenCheck::new(setup, Carrier::Basic)?;

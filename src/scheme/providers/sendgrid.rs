@@ -29,13 +29,31 @@ const P256_SPKI_PREFIX: [u8; 26] = [
 ];
 
 pub const PROVIDER: super::Provider = super::Provider {
-    name: "sendgrid",
-    build,
+    public_keys: Some(super::PublicKeys {
+        prefix: None,
+        test_pair,
+    }),
+    ..super::Provider::new("sendgrid", build)
 };
 
 /// The SPKI DER of an uncompressed P-256 point, as SendGrid shows its key (base64).
-pub fn spki(point: &[u8]) -> Vec<u8> {
+fn spki(point: &[u8]) -> Vec<u8> {
     [&P256_SPKI_PREFIX[..], point].concat()
+}
+
+/// A pair as SendGrid shows the public key (base64 SPKI); the private key is PKCS#8, in
+/// base64.
+fn test_pair() -> Result<super::KeyPair, String> {
+    use ring::signature::KeyPair as _;
+    let alg = &signature::ECDSA_P256_SHA256_ASN1_SIGNING;
+    let (pkcs8, pair) = crate::scheme::keys::new_pair(
+        |rng| EcdsaKeyPair::generate_pkcs8(alg, rng),
+        |der, rng| EcdsaKeyPair::from_pkcs8(alg, der, rng),
+    )?;
+    Ok(super::KeyPair {
+        public: STANDARD.encode(spki(pair.public_key().as_ref())),
+        private: STANDARD.encode(pkcs8),
+    })
 }
 
 /// The uncompressed point of a base64 SPKI P-256 key.

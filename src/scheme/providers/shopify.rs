@@ -27,10 +27,7 @@ const NAMES: [[&str; 3]; 2] = [
     ["shopify-hmac-sha256", "shopify-webhook-id", "shopify-topic"],
 ];
 
-pub const PROVIDER: super::Provider = super::Provider {
-    name: "shopify",
-    build,
-};
+pub const PROVIDER: super::Provider = super::Provider::new("shopify", build);
 
 fn build(setup: &mut Setup) -> Result<Box<dyn Verifier>, String> {
     Ok(Box::new(Shopify {

@@ -19,10 +19,7 @@ const TIMESTAMP_HEADER: &str = "X-Slack-Request-Timestamp";
 /// The only version Slack has defined; Bolt refuses any other.
 const VERSION: &str = "v0";
 
-pub const PROVIDER: super::Provider = super::Provider {
-    name: "slack",
-    build,
-};
+pub const PROVIDER: super::Provider = super::Provider::new("slack", build);
 
 fn build(setup: &mut Setup) -> Result<Box<dyn Verifier>, String> {
     Ok(Box::new(Slack {

@@ -34,10 +34,7 @@ use crate::scheme::{
 /// The certificate name `hookinbox sign` puts in its messages (a test key's).
 const TEST_CERT: &str = "0123456789abcdef0123456789abcdef";
 
-pub const PROVIDER: super::Provider = super::Provider {
-    name: "sns",
-    build,
-};
+pub const PROVIDER: super::Provider = super::Provider::new("sns", build);
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

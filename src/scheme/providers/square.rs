@@ -9,10 +9,7 @@ use crate::scheme::{Horizon, IdRule, Setup, Verifier};
 
 const SIGNATURE_HEADER: &str = "x-square-hmacsha256-signature";
 
-pub const PROVIDER: super::Provider = super::Provider {
-    name: "square",
-    build,
-};
+pub const PROVIDER: super::Provider = super::Provider::new("square", build);
 
 fn build(setup: &mut Setup) -> Result<Box<dyn Verifier>, String> {
     let public_url = UrlSettings::required(setup)?;

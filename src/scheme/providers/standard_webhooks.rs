@@ -93,9 +93,21 @@ pub fn signing_pair(secret: &Secret) -> Result<Ed25519KeyPair, String> {
 }
 
 pub const PROVIDER: super::Provider = super::Provider {
-    name: "standard-webhooks",
-    build,
+    public_keys: Some(super::PublicKeys {
+        prefix: Some("whpk_"),
+        test_pair,
+    }),
+    ..super::Provider::new("standard-webhooks", build)
 };
+
+/// A `v1a` pair: a `whpk_` public key, and a `whsk_` signing key (PKCS#8, base64).
+fn test_pair() -> Result<super::KeyPair, String> {
+    let (pkcs8, pair) = crate::scheme::keys::new_ed25519()?;
+    Ok(super::KeyPair {
+        public: public_key(&pair),
+        private: format!("whsk_{}", STANDARD.encode(pkcs8)),
+    })
+}
 
 fn build(setup: &mut Setup) -> Result<Box<dyn Verifier>, String> {
     let mut hmac_keys = Vec::new();

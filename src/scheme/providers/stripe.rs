@@ -15,8 +15,13 @@ use crate::scheme::{Horizon, IdRule, Setup, Verifier};
 const SIGNATURE_HEADER: &str = "Stripe-Signature";
 
 pub const PROVIDER: super::Provider = super::Provider {
-    name: "stripe",
-    build,
+    recovery: Some(super::Recovery {
+        api: super::RecoveryApi::StripeEvents,
+        url: "https://api.stripe.com",
+        // Stripe retries for 3 days by itself (the redelivery horizon below).
+        unrecovered: None,
+    }),
+    ..super::Provider::new("stripe", build)
 };
 
 fn build(setup: &mut Setup) -> Result<Box<dyn Verifier>, String> {

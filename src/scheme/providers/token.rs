@@ -15,10 +15,7 @@ struct Settings {
     token: Option<TokenSpec>,
 }
 
-pub const PROVIDER: super::Provider = super::Provider {
-    name: "token",
-    build,
-};
+pub const PROVIDER: super::Provider = super::Provider::new("token", build);
 
 fn build(setup: &mut Setup) -> Result<Box<dyn Verifier>, String> {
     let settings: Settings = setup.settings()?;

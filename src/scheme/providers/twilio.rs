@@ -30,10 +30,7 @@ use crate::scheme::{
 const SIGNATURE_HEADER: &str = "X-Twilio-Signature";
 const FORM: &str = "application/x-www-form-urlencoded";
 
-pub const PROVIDER: super::Provider = super::Provider {
-    name: "twilio",
-    build,
-};
+pub const PROVIDER: super::Provider = super::Provider::new("twilio", build);
 
 fn build(setup: &mut Setup) -> Result<Box<dyn Verifier>, String> {
     let public_url = UrlSettings::required(setup)?;

@@ -24,10 +24,7 @@ const TIMESTAMP_HEADER: &str = "Twitch-Eventsub-Message-Timestamp";
 const ID_HEADER: &str = "twitch-eventsub-message-id";
 const TYPE_HEADER: &str = "twitch-eventsub-message-type";
 
-pub const PROVIDER: super::Provider = super::Provider {
-    name: "twitch",
-    build,
-};
+pub const PROVIDER: super::Provider = super::Provider::new("twitch", build);
 
 fn build(setup: &mut Setup) -> Result<Box<dyn Verifier>, String> {
     let spec = Spec {

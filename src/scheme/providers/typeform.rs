@@ -7,10 +7,7 @@ use crate::scheme::{IdRule, Setup, Verifier};
 
 const SIGNATURE_HEADER: &str = "Typeform-Signature";
 
-pub const PROVIDER: super::Provider = super::Provider {
-    name: "typeform",
-    build,
-};
+pub const PROVIDER: super::Provider = super::Provider::new("typeform", build);
 
 fn build(setup: &mut Setup) -> Result<Box<dyn Verifier>, String> {
     let spec = Spec {

@@ -13,10 +13,7 @@ use crate::scheme::{Draft, Handshake, IdRule, Input, Reject, Reply, Sample, Setu
 
 const SIGNATURE_HEADER: &str = "X-WC-Webhook-Signature";
 
-pub const PROVIDER: super::Provider = super::Provider {
-    name: "woocommerce",
-    build,
-};
+pub const PROVIDER: super::Provider = super::Provider::new("woocommerce", build);
 
 fn build(setup: &mut Setup) -> Result<Box<dyn Verifier>, String> {
     let spec = Spec {

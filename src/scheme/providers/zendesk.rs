@@ -19,10 +19,7 @@ use crate::scheme::{IdRule, Setup, Verifier};
 const SIGNATURE_HEADER: &str = "X-Zendesk-Webhook-Signature";
 const TIMESTAMP_HEADER: &str = "X-Zendesk-Webhook-Signature-Timestamp";
 
-pub const PROVIDER: super::Provider = super::Provider {
-    name: "zendesk",
-    build,
-};
+pub const PROVIDER: super::Provider = super::Provider::new("zendesk", build);
 
 fn build(setup: &mut Setup) -> Result<Box<dyn Verifier>, String> {
     let spec = Spec {

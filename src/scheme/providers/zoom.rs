@@ -17,10 +17,7 @@ use crate::scheme::{
 const SIGNATURE_HEADER: &str = "x-zm-signature";
 const TIMESTAMP_HEADER: &str = "x-zm-request-timestamp";
 
-pub const PROVIDER: super::Provider = super::Provider {
-    name: "zoom",
-    build,
-};
+pub const PROVIDER: super::Provider = super::Provider::new("zoom", build);
 
 fn build(setup: &mut Setup) -> Result<Box<dyn Verifier>, String> {
     let spec = Spec {
