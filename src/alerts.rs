@@ -25,9 +25,8 @@ use crate::metrics::{FailureLabels, Metrics};
 use crate::store::Db;
 use crate::store::{self, NewEvent, Store, stats};
 
-/// The internal source alerts are stored and delivered under. A configured source cannot
-/// have this name (a '.' is not allowed in one), so the two never mix.
-pub const SOURCE: &str = "hookinbox.alerts";
+/// The internal source alerts are stored and delivered under.
+pub const SOURCE: &str = crate::event::ALERT_SOURCE;
 
 /// The window a failure share and a rejection count are judged over: long enough that a
 /// few attempts make a share, short enough that a recovery ends the alert soon.

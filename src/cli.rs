@@ -231,9 +231,11 @@ pub fn run(cli: Cli) -> Exit {
         }
     }
     let result = match &cli.command {
-        Command::Generate { out_dir } => {
-            commands::generate::run(out_dir, &mut std::io::stdout().lock())
-        }
+        Command::Generate { out_dir } => commands::generate::run(
+            <Cli as clap::CommandFactory>::command(),
+            out_dir,
+            &mut std::io::stdout().lock(),
+        ),
         Command::Keypair(args) => commands::keypair::run(args, &mut std::io::stdout().lock()),
         // Reload must work while the file is broken: that is when it must say "refused".
         Command::Reload(args) => commands::reload::run(

@@ -17,6 +17,11 @@ use bytes::Bytes;
 use crate::config::{Order, Source};
 use crate::scheme::Identity;
 
+/// The internal source hookinbox's own notifications (alerts) are stored and delivered
+/// under. A configured source cannot have this name (a '.' is not allowed in one), so the
+/// two never mix.
+pub const ALERT_SOURCE: &str = "hookinbox.alerts";
+
 /// An event, verified and ready to store, with everything computed off the writer thread.
 #[derive(Debug)]
 pub struct NewEvent {

@@ -61,7 +61,7 @@ pub const DELIVERY_STATES: [&str; 5] = ["pending", "in_flight", "delivered", "de
 /// The others (delivered, superseded) only pile up until retention takes them.
 pub const BACKLOG_STATES: [&str; 3] = ["pending", "in_flight", "dead"];
 
-/// Every [`crate::store::queue::Next::word`]: what an attempt can lead to.
+/// Every word an attempt can lead to, as `attempts.outcome` stores it (the store's `Next::word`).
 pub const ATTEMPT_RESULTS: [&str; 3] = ["delivered", "retry", "dead"];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -448,8 +448,14 @@ impl Metrics {
     /// series that already counts keeps its value. Called at start-up and after each reload.
     /// The alert-state gauges of sources and targets no longer configured are removed, so
     /// that no alert outlives its source; their counters stay, frozen, as Prometheus expects
-    /// of a counter.
-    pub fn configure(&self, sources: &[std::sync::Arc<Source>], alerts: &[crate::config::Target]) {
+    /// of a counter. `outcomes` are the labels a request that reached a source may be
+    /// counted under (the receive path's), each counted from zero for every source.
+    pub fn configure(
+        &self,
+        sources: &[std::sync::Arc<Source>],
+        alerts: &[crate::config::Target],
+        outcomes: &[&'static str],
+    ) {
         let configured = Configured {
             sources: sources
                 .iter()
@@ -467,7 +473,7 @@ impl Metrics {
                 })
                 // The `[[alerts]]` targets are targets of the internal alerts source.
                 .chain(alerts.iter().map(|t| TargetLabels {
-                    source: crate::alerts::SOURCE.to_owned(),
+                    source: crate::event::ALERT_SOURCE.to_owned(),
                     target: t.name.clone(),
                 }))
                 .collect(),
@@ -500,7 +506,7 @@ impl Metrics {
         }
         for labels in &configured.sources {
             let source = &labels.source;
-            for outcome in crate::receive::Outcome::COUNTED {
+            for &outcome in outcomes {
                 ensure(
                     &self.requests,
                     &RequestLabels {

@@ -8,9 +8,9 @@ use anyhow::Context as _;
 use serde::Serialize;
 
 use crate::clock;
-use crate::recover::watch::HEARTBEAT;
 use crate::store::Location;
 use crate::store::gaps;
+use crate::store::gaps::HEARTBEAT;
 use crate::terminal::Table;
 
 #[derive(Debug, clap::Args)]

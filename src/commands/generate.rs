@@ -8,17 +8,19 @@
 use std::path::Path;
 
 use anyhow::Context as _;
-use clap::CommandFactory;
 use clap_complete::Shell;
 use clap_mangen::roff::{Roff, bold, italic, roman};
 
-use crate::cli::Cli;
 use crate::config::reference::{FORMS, INTRO, IfAbsent, SECTIONS};
 
-/// Writes `hookinbox.1`, `hookinbox.bash`, `_hookinbox` (zsh) and `hookinbox.fish`.
-pub fn run(out_dir: &Path, out: &mut impl std::io::Write) -> anyhow::Result<()> {
+/// Writes `hookinbox.1`, `hookinbox.bash`, `_hookinbox` (zsh) and `hookinbox.fish` for the
+/// command line `cmd` (the binary's own, [`crate::cli::Cli`]).
+pub fn run(
+    mut cmd: clap::Command,
+    out_dir: &Path,
+    out: &mut impl std::io::Write,
+) -> anyhow::Result<()> {
     std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
-    let mut cmd = Cli::command();
     write(out_dir, "hookinbox.1", &man_page(cmd.clone())?, out)?;
     for (shell, file) in [
         (Shell::Bash, "hookinbox.bash"),

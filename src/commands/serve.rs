@@ -26,7 +26,7 @@ use crate::deliver::{self, Deliverer};
 use crate::metrics::Metrics;
 use crate::receive::listener::{self, Limits};
 use crate::receive::tls;
-use crate::receive::{BodyBudget, Receiver};
+use crate::receive::{BodyBudget, Outcome, Receiver};
 use crate::store::{self, Store, retention};
 
 /// Marks dead the pending deliveries of targets no longer configured (see
@@ -218,9 +218,11 @@ impl Running {
     pub async fn reload(&self, config: Config) -> anyhow::Result<String> {
         let needs_restart = self.restart_only.differences(&config.restart_only());
         let tls_config = match (&self.tls, &config.server.tls) {
-            (Some(_), Some(files)) => {
-                Some(tls::server_config(files).map_err(|e| anyhow::anyhow!("server.tls: {e}"))?)
-            }
+            (Some(_), Some(files)) => Some(
+                files
+                    .server_config()
+                    .map_err(|e| anyhow::anyhow!("server.tls: {e}"))?,
+            ),
             _ => None,
         };
         let sources: Vec<Arc<Source>> = config.sources.into_iter().map(Arc::new).collect();
@@ -239,7 +241,8 @@ impl Running {
             .context("retiring the deliveries of removed targets")?;
 
         // First, so that the new sources' series are there before their first request.
-        self.metrics.configure(&sources, &config.alerts);
+        self.metrics
+            .configure(&sources, &config.alerts, &Outcome::COUNTED);
         deliverer.switch(planned);
         self.receiver
             .reload(&sources, config.server.trusted_proxies.clone());
@@ -329,7 +332,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     };
     let restart_only = config.restart_only();
     let sources: Vec<Arc<Source>> = config.sources.into_iter().map(Arc::new).collect();
-    metrics.configure(&sources, &config.alerts);
+    metrics.configure(&sources, &config.alerts, &Outcome::COUNTED);
     retire_unknown_targets(&store, &sources, &config.alerts).await?;
     let deliverer = Deliverer::start(&sources, &config.alerts, store.clone(), metrics.clone())
         .context("setting up the delivery targets")?;

@@ -13,6 +13,7 @@
 
 mod raw;
 pub mod reference;
+mod tls;
 mod validate;
 mod warnings;
 
@@ -93,7 +94,7 @@ pub struct Config {
     pub store: Store,
     pub sources: Vec<Source>,
     /// `[[alerts]]`: where alerts are delivered, as targets of the internal source
-    /// [`crate::alerts::SOURCE`].
+    /// [`crate::event::ALERT_SOURCE`].
     pub alerts: Vec<Target>,
 }
 

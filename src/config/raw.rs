@@ -20,7 +20,7 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) sources: Vec<RawSource>,
     /// Where alerts are sent: targets of their own, under the internal source
-    /// [`crate::alerts::SOURCE`].
+    /// [`crate::event::ALERT_SOURCE`].
     #[serde(default)]
     pub(super) alerts: Vec<RawTarget>,
 }

@@ -121,7 +121,7 @@ pub(super) fn validate(
         key: paths.base.join(&t.key),
     });
     if let Some(t) = &tls {
-        crate::receive::tls::server_config(t).map_err(|e| format!("server.tls: {e}"))?;
+        t.server_config().map_err(|e| format!("server.tls: {e}"))?;
     }
 
     let mut names = HashSet::new();

@@ -10,19 +10,13 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
 use crate::clock;
 use crate::store::Store;
+use crate::store::gaps::HEARTBEAT;
 use crate::store::gaps::{Beat, Gap, Run};
-
-/// How often `serve` writes "still receiving" for every source. A crash is known to have
-/// begun at most this long before the last heartbeat's time; recovery asks providers for a
-/// window that starts earlier anyway (see `recover::MARGIN`). One small row update per source
-/// every 10 s is nothing next to the events.
-pub const HEARTBEAT: Duration = Duration::from_secs(10);
 
 /// Every source's receiving state.
 #[derive(Debug, Default)]

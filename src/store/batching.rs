@@ -3,25 +3,9 @@
 //! own result only after the commit that holds it (SQLite: [`super::sqlite::writer`];
 //! PostgreSQL: [`super::postgres::batch`]).
 
-use std::time::Duration;
-
 use tokio::sync::{mpsc, oneshot};
 
-use super::model::WriteError;
-
-/// The most jobs in one transaction. Beyond a few hundred rows the fsync is no longer what
-/// dominates a commit (reference/reliability-perf.md §1.5), and a bound keeps one commit's
-/// latency, which every request in it waits for, in check.
-pub const MAX_BATCH: usize = 512;
-
-/// Jobs waiting for the writer. When it is full the disk is far behind the network, and a
-/// new request is answered 503 at once rather than queued into a provider's timeout.
-pub const QUEUE_CAPACITY: usize = 4096;
-
-/// How long a caller waits for its commit before giving up (a request answers 503). A
-/// commit can still land after that; the provider then retries and hears "duplicate", which
-/// is honest. A disk that takes seconds to fsync is better answered late than never.
-pub const COMMIT_WAIT: Duration = Duration::from_secs(10);
+use super::model::{COMMIT_WAIT, WriteError};
 
 /// Queues `op` and waits for its `answer`, the one way every store's callers do: a full
 /// queue is refused at once unless `wait_for_room` (a request answers 503 rather than wait

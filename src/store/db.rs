@@ -9,10 +9,11 @@
 //! Outside `store/`, a [`Db`] offers only the typed questions and changes of
 //! [`super::views`] and the topic modules: its SQL methods are the store's own.
 
-use rusqlite::types::{FromSql, Value, ValueRef};
+use rusqlite::types::{FromSql, Value};
 use rusqlite::{Connection, ToSql};
 
 use super::postgres::session::PgConn;
+pub use super::row::{Error, Row};
 
 /// An inbox connection of either backend.
 #[derive(Clone, Copy)]
@@ -25,41 +26,6 @@ pub enum Db<'a> {
 pub(in crate::store) enum Dialect {
     Sqlite,
     Postgres,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error(transparent)]
-    Sqlite(#[from] rusqlite::Error),
-    #[error("{}", super::postgres::connect::describe(.0))]
-    Postgres(#[from] tokio_postgres::Error),
-    /// A value that the other side's type cannot hold (a mistake in the SQL, not input).
-    #[error("{0}")]
-    Convert(String),
-}
-
-/// One row, its values as SQLite would have given them.
-pub struct Row(pub(in crate::store) Vec<Value>);
-
-impl Row {
-    pub(in crate::store) fn get<T: FromSql>(&self, i: usize) -> rusqlite::Result<T> {
-        let value = self.get_ref(i)?;
-        T::column_result(value).map_err(|e| match e {
-            rusqlite::types::FromSqlError::InvalidType => {
-                rusqlite::Error::InvalidColumnType(i, format!("column {i}"), value.data_type())
-            }
-            other => {
-                rusqlite::Error::FromSqlConversionFailure(i, value.data_type(), Box::new(other))
-            }
-        })
-    }
-
-    pub(in crate::store) fn get_ref(&self, i: usize) -> rusqlite::Result<ValueRef<'_>> {
-        self.0
-            .get(i)
-            .map(ValueRef::from)
-            .ok_or(rusqlite::Error::InvalidColumnIndex(i))
-    }
 }
 
 impl<'a> Db<'a> {
@@ -177,17 +143,6 @@ impl Open {
         match self {
             Open::Sqlite(c) => Db::Sqlite(c),
             Open::Postgres(p) => Db::Postgres(p),
-        }
-    }
-}
-
-/// For the serve's writer jobs, whose closures answer in rusqlite's error: on a SQLite
-/// connection every error is SQLite's.
-impl From<Error> for rusqlite::Error {
-    fn from(e: Error) -> rusqlite::Error {
-        match e {
-            Error::Sqlite(e) => e,
-            other => rusqlite::Error::ToSqlConversionFailure(Box::new(other)),
         }
     }
 }

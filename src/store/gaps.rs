@@ -289,10 +289,15 @@ pub fn receiving(db: Db) -> Result<Vec<Receiving>, db::Error> {
     )
 }
 
+/// How often `serve` writes "still receiving" for every source. A crash is known to have
+/// begun at most this long before the last heartbeat's time; recovery asks providers for a
+/// window that starts earlier anyway (see `recover::MARGIN`). One small row update per source
+/// every 10 s is nothing next to the events.
+pub const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// With replicas on PostgreSQL: a replica whose heartbeat is older than this, and that did
 /// not stop cleanly, is taken for gone (three heartbeats missed).
-pub const LIVE: std::time::Duration =
-    std::time::Duration::from_secs(3 * crate::recover::watch::HEARTBEAT.as_secs());
+pub const LIVE: std::time::Duration = std::time::Duration::from_secs(3 * HEARTBEAT.as_secs());
 
 /// [`start`] for one of several replicas on PostgreSQL, whose rows are each replica's
 /// (`replica`): a source was not receiving only while no replica was. So for each source, in

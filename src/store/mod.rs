@@ -34,6 +34,7 @@ pub mod pause;
 pub mod postgres;
 pub mod replay;
 pub mod retention;
+mod row;
 pub mod sqlite;
 pub mod stats;
 pub mod views;

@@ -11,13 +11,27 @@ use crate::config::Rate;
 
 pub use crate::event::{NewEvent, Origin, Version};
 
+/// The most jobs in one transaction. Beyond a few hundred rows the fsync is no longer what
+/// dominates a commit (reference/reliability-perf.md §1.5), and a bound keeps one commit's
+/// latency, which every request in it waits for, in check.
+pub const MAX_BATCH: usize = 512;
+
+/// Jobs waiting for the writer. When it is full the disk is far behind the network, and a
+/// new request is answered 503 at once rather than queued into a provider's timeout.
+pub const QUEUE_CAPACITY: usize = 4096;
+
+/// How long a caller waits for its commit before giving up (a request answers 503). A
+/// commit can still land after that; the provider then retries and hears "duplicate", which
+/// is honest. A disk that takes seconds to fsync is better answered late than never.
+pub const COMMIT_WAIT: Duration = Duration::from_secs(10);
+
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum WriteError {
     #[error("the write queue is full")]
     QueueFull,
     #[error("the commit failed: {0}")]
     CommitFailed(String),
-    #[error("the writer did not answer within {:?}", super::batching::COMMIT_WAIT)]
+    #[error("the writer did not answer within {COMMIT_WAIT:?}")]
     TimedOut,
     #[error("the writer has stopped")]
     Stopped,

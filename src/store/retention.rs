@@ -70,7 +70,7 @@ impl Settings {
             .iter()
             .map(|s| Rule::of(s))
             .chain([Rule {
-                source: crate::alerts::SOURCE.to_owned(),
+                source: crate::event::ALERT_SOURCE.to_owned(),
                 keep_payload: crate::config::DEFAULT_KEEP_PAYLOAD,
                 keep_identity: crate::config::DEFAULT_KEEP_IDENTITY,
             }])

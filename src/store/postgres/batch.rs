@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::{Client, Statement, Transaction};
 
 use crate::store::postgres::connect::{Connector, connection_lost, describe};
-use crate::store::{CommitHealth, WriteError, batching::MAX_BATCH};
+use crate::store::{CommitHealth, MAX_BATCH, WriteError};
 
 pub enum Op<J> {
     Job(J),

@@ -20,6 +20,7 @@ mod batch;
 pub mod connect;
 mod ingest;
 mod queue;
+pub mod schema;
 pub mod session;
 
 use std::collections::HashMap;
@@ -30,8 +31,8 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::Client;
 
-use super::batching::QUEUE_CAPACITY;
 use super::gaps::{self, Beat, Gap, Unconfirmed};
+use super::model::QUEUE_CAPACITY;
 use super::retention::{Pruned, Rule, Walk};
 use super::{
     ClaimRequest, Claims, CommitHealth, Commits, Db, Error as DbError, EventData, Finished, Gauges,
@@ -40,12 +41,7 @@ use super::{
 use crate::config::PgStore;
 use crate::metrics::Metrics;
 use connect::{Connector, Shared};
-
-pub const SCHEMA: &str = include_str!("../../../schema-postgres.sql");
-
-/// The advisory lock key that migrations hold ("hookinbo" in ASCII): any number would do, as
-/// long as no other application on the database uses it.
-const MIGRATION_LOCK: i64 = 0x686f_6f6b_696e_626f;
+pub use schema::{Error, migrate, require_version, schema_version};
 
 /// How long a read may take (what is due, the events to send, the gauges): a delivery
 /// loop waiting on a dead server must turn again, or the watchdog takes it for stuck.
@@ -80,113 +76,10 @@ const SESSION: &str = session!();
 /// wanted; retention's chunks, planned afresh each time, allow scans for their job.
 const BATCH_SESSION: &str = concat!(session!(), " -c enable_seqscan=off");
 
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("connecting to PostgreSQL: {0}")]
-    Connect(String),
-    #[error("PostgreSQL: {0}")]
-    Db(String),
-    #[error(
-        "the PostgreSQL inbox has schema version {found}, newer than this hookinbox knows \
-         ({known}); run the newer hookinbox, or migrate-store from a backup"
-    )]
-    TooNew { found: i64, known: i64 },
-}
-
-impl From<tokio_postgres::Error> for Error {
-    fn from(e: tokio_postgres::Error) -> Error {
-        Error::Db(connect::describe(&e))
-    }
-}
-
 pub(crate) use batch::BATCH_TIMEOUT;
 pub use ingest::numeric_text;
 pub(crate) use queue::OUTDATED;
 pub use queue::claim_statement;
-
-/// The schema version this binary writes.
-pub fn schema_version() -> i64 {
-    super::schema_sections(SCHEMA).last().map_or(0, |(v, _)| *v)
-}
-
-/// Refuses a schema version other than this binary's, for what must not migrate (the
-/// operator commands), with what to do.
-pub fn require_version(found: i64) -> anyhow::Result<()> {
-    let known = schema_version();
-    match found.cmp(&known) {
-        std::cmp::Ordering::Equal => Ok(()),
-        std::cmp::Ordering::Less => anyhow::bail!(
-            "the PostgreSQL inbox has schema version {found}, this hookinbox writes {known}: \
-             start `hookinbox serve` with this binary once, which migrates it"
-        ),
-        std::cmp::Ordering::Greater => anyhow::bail!(
-            "the PostgreSQL inbox has schema version {found}, newer than this hookinbox knows \
-             ({known}); run the newer hookinbox"
-        ),
-    }
-}
-
-/// Applies the migrations this database lacks, each in one transaction that holds
-/// [`MIGRATION_LOCK`]: a second replica starting at the same moment waits, then finds them
-/// applied.
-pub async fn migrate(client: &mut Client) -> Result<(), Error> {
-    let encoding: String = client
-        .query_one("SELECT current_setting('server_encoding')", &[])
-        .await?
-        .get(0);
-    if encoding != "UTF8" {
-        return Err(Error::Db(format!(
-            "the database's encoding is {encoding}, which cannot hold every event's text; \
-             create it with UTF8: createdb --encoding UTF8 --template template0 …"
-        )));
-    }
-    let known = schema_version();
-    // The version found before the first step: 0 for a new inbox.
-    let mut first_found: Option<i64> = None;
-    for (version, sql) in super::schema_sections(SCHEMA) {
-        let tx = client.transaction().await?;
-        // A migration may rewrite a large table: not under the sessions' 5 s limits. The
-        // lock waits for a replica migrating at the same moment.
-        tx.batch_execute("SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = '10min'")
-            .await?;
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
-            .await?;
-        let exists: bool = tx
-            .query_one("SELECT to_regclass('schema_migrations') IS NOT NULL", &[])
-            .await?
-            .get(0);
-        let found: i64 = if exists {
-            tx.query_one(
-                "SELECT coalesce(max(version), 0)::bigint FROM schema_migrations",
-                &[],
-            )
-            .await?
-            .get(0)
-        } else {
-            0
-        };
-        if found > known {
-            return Err(Error::TooNew { found, known });
-        }
-        if version <= found {
-            continue;
-        }
-        tx.batch_execute(sql).await?;
-        tx.execute(
-            "INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)",
-            &[&(version as i32), &crate::clock::iso_now()],
-        )
-        .await?;
-        tx.commit().await?;
-        // A new inbox goes through every step: one line for it.
-        if *first_found.get_or_insert(found) > 0 {
-            tracing::info!(version, "migrated the PostgreSQL inbox");
-        } else if version == known {
-            tracing::info!(version, "created the PostgreSQL inbox");
-        }
-    }
-    Ok(())
-}
 
 /// A handle to one replica's connections to the inbox. Cheap to clone.
 #[derive(Clone)]
@@ -197,7 +90,7 @@ pub struct PostgresStore {
     health: Arc<CommitHealth>,
     commits: Arc<Commits>,
     /// The web inbox's blocking connections (the operator commands' SQL).
-    operator: Arc<session::PgPool>,
+    operator: Arc<PgPool>,
 }
 
 impl PostgresStore {
@@ -282,12 +175,12 @@ impl PostgresStore {
             readers: Arc::new(Readers::new(connector, config.pool)),
             health,
             commits: Arc::default(),
-            operator: Arc::new(session::PgPool::new(config.clone())),
+            operator: Arc::new(PgPool::new(config.clone())),
         })
     }
 
     /// Connections for what an operator reads and steers (the web inbox).
-    pub fn operator(&self) -> &Arc<session::PgPool> {
+    pub fn operator(&self) -> &Arc<PgPool> {
         &self.operator
     }
 
@@ -510,6 +403,49 @@ impl super::Backend for PostgresStore {
             pool.with(|db| db.write(|tx| Ok(change(tx, &now)?)))
         })
         .await?
+    }
+}
+
+/// A few [`PgConn`]s kept open between uses: `serve`'s web inbox reads and steers a
+/// PostgreSQL inbox through the same SQL as the commands, from blocking threads.
+pub struct PgPool {
+    store: crate::config::PgStore,
+    idle: std::sync::Mutex<Vec<session::PgConn>>,
+}
+
+/// Connections kept idle: the web inbox is one operator's browser, a page a few queries.
+const POOL_IDLE: usize = 2;
+
+impl PgPool {
+    pub fn new(store: crate::config::PgStore) -> PgPool {
+        PgPool {
+            store,
+            idle: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Runs `f` on an idle connection, or a new one; blocks (call it where blocking is
+    /// allowed). The connection goes back to the pool unless it broke.
+    pub fn with<T>(&self, f: impl FnOnce(Db) -> anyhow::Result<T>) -> anyhow::Result<T> {
+        let idle = self.idle.lock().expect("no panics while holding it").pop();
+        // An idle connection's driver runs only inside block_on: one turn lets it notice a
+        // socket the server closed meanwhile (a restart, a failover, an idle timeout).
+        let idle = idle.filter(|conn| {
+            conn.block_on(tokio::task::yield_now());
+            !conn.client.is_closed()
+        });
+        let conn = match idle {
+            Some(conn) => conn,
+            None => session::PgConn::connect(&self.store)?,
+        };
+        let result = f(Db::Postgres(&conn));
+        if !conn.client.is_closed() {
+            let mut idle = self.idle.lock().expect("no panics while holding it");
+            if idle.len() < POOL_IDLE {
+                idle.push(conn);
+            }
+        }
+        result
     }
 }
 

@@ -14,13 +14,13 @@ use rusqlite::types::{ToSqlOutput, Value, ValueRef};
 use tokio_postgres::types::{IsNull, ToSql as PgToSql, Type};
 
 use super::connect;
-use crate::store::db::{Db, Error, Row};
+use crate::store::row::{Error, Row};
 
 /// A blocking PostgreSQL connection to the inbox, for the operator's commands.
 pub struct PgConn {
     /// Always Some but while dropping (see the Drop impl).
     runtime: Option<tokio::runtime::Runtime>,
-    client: tokio_postgres::Client,
+    pub(super) client: tokio_postgres::Client,
 }
 
 /// A runtime may not be dropped where blocking is not allowed, and `serve` drops its pool's
@@ -39,23 +39,25 @@ impl PgConn {
     /// (`serve` creates and migrates it; a command only reads and steers).
     pub fn open(store: &crate::config::PgStore) -> anyhow::Result<PgConn> {
         let pg = PgConn::connect(store)?;
-        let exists: bool =
-            Db::Postgres(&pg).value("SELECT to_regclass('schema_migrations') IS NOT NULL", &[])?;
+        let one = |sql: &str| -> anyhow::Result<Row> {
+            pg.query(sql, &[])?
+                .into_iter()
+                .next()
+                .ok_or_else(|| anyhow::anyhow!("no row from {sql}"))
+        };
+        let exists: bool = one("SELECT to_regclass('schema_migrations') IS NOT NULL")?.get(0)?;
         let found: i64 = if exists {
-            Db::Postgres(&pg).value(
-                "SELECT coalesce(max(version), 0)::bigint FROM schema_migrations",
-                &[],
-            )?
+            one("SELECT coalesce(max(version), 0)::bigint FROM schema_migrations")?.get(0)?
         } else {
             0
         };
-        super::require_version(found)?;
+        super::schema::require_version(found)?;
         Ok(pg)
     }
 
     /// Connects, without looking at the schema: for `serve`'s pool (serve migrated or
     /// checked it at its start; a newer replica may have migrated it since, compatibly).
-    fn connect(store: &crate::config::PgStore) -> anyhow::Result<PgConn> {
+    pub(super) fn connect(store: &crate::config::PgStore) -> anyhow::Result<PgConn> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -78,7 +80,7 @@ impl PgConn {
         })
     }
 
-    fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+    pub(super) fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
         self.runtime
             .as_ref()
             .expect("taken only while dropping")
@@ -140,49 +142,6 @@ impl PgConn {
             values.iter().map(|v| v as &(dyn PgToSql + Sync)).collect();
         let n = self.block_on(self.client.execute(&stmt, &refs))?;
         Ok(n as usize)
-    }
-}
-
-/// A few [`PgConn`]s kept open between uses: `serve`'s web inbox reads and steers a
-/// PostgreSQL inbox through the same SQL as the commands, from blocking threads.
-pub struct PgPool {
-    store: crate::config::PgStore,
-    idle: std::sync::Mutex<Vec<PgConn>>,
-}
-
-/// Connections kept idle: the web inbox is one operator's browser, a page a few queries.
-const POOL_IDLE: usize = 2;
-
-impl PgPool {
-    pub fn new(store: crate::config::PgStore) -> PgPool {
-        PgPool {
-            store,
-            idle: std::sync::Mutex::new(Vec::new()),
-        }
-    }
-
-    /// Runs `f` on an idle connection, or a new one; blocks (call it where blocking is
-    /// allowed). The connection goes back to the pool unless it broke.
-    pub fn with<T>(&self, f: impl FnOnce(Db) -> anyhow::Result<T>) -> anyhow::Result<T> {
-        let idle = self.idle.lock().expect("no panics while holding it").pop();
-        // An idle connection's driver runs only inside block_on: one turn lets it notice a
-        // socket the server closed meanwhile (a restart, a failover, an idle timeout).
-        let idle = idle.filter(|conn| {
-            conn.block_on(tokio::task::yield_now());
-            !conn.client.is_closed()
-        });
-        let conn = match idle {
-            Some(conn) => conn,
-            None => PgConn::connect(&self.store)?,
-        };
-        let result = f(Db::Postgres(&conn));
-        if !conn.client.is_closed() {
-            let mut idle = self.idle.lock().expect("no panics while holding it");
-            if idle.len() < POOL_IDLE {
-                idle.push(conn);
-            }
-        }
-        result
     }
 }
 

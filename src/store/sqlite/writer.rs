@@ -29,7 +29,8 @@ use super::{ingest, queue};
 use crate::clock;
 use crate::config::Synchronous;
 use crate::metrics::Metrics;
-use crate::store::batching::{MAX_BATCH, QUEUE_CAPACITY, queue_and_wait};
+use crate::store::batching::queue_and_wait;
+use crate::store::model::{MAX_BATCH, QUEUE_CAPACITY};
 use crate::store::{CommitHealth, Commits, Finished, NewEvent, Recorded, Stored, WriteError};
 
 /// Work for the writer thread.
