@@ -48,7 +48,7 @@ const JUDGE_MIN: Duration = Duration::from_secs(1);
 /// What kind of trouble a condition is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Kind {
+pub enum AlertKind {
     /// No new event from a source for longer than its `expect_every`.
     SourceSilent,
     /// A target's failure share or oldest pending delivery over its threshold.
@@ -61,27 +61,27 @@ pub enum Kind {
     NewDeadDeliveries,
 }
 
-impl Kind {
-    const ALL: [Kind; 5] = [
-        Kind::SourceSilent,
-        Kind::TargetFailing,
-        Kind::RejectionsRising,
-        Kind::NewConflicts,
-        Kind::NewDeadDeliveries,
+impl AlertKind {
+    const ALL: [AlertKind; 5] = [
+        AlertKind::SourceSilent,
+        AlertKind::TargetFailing,
+        AlertKind::RejectionsRising,
+        AlertKind::NewConflicts,
+        AlertKind::NewDeadDeliveries,
     ];
 
-    fn from_word(word: &str) -> Option<Kind> {
-        Kind::ALL.into_iter().find(|k| k.word() == word)
+    fn from_word(word: &str) -> Option<AlertKind> {
+        AlertKind::ALL.into_iter().find(|k| k.word() == word)
     }
 
     /// The word in logs, metrics and notifications.
     pub fn word(self) -> &'static str {
         match self {
-            Kind::SourceSilent => "source_silent",
-            Kind::TargetFailing => "target_failing",
-            Kind::RejectionsRising => "rejections_rising",
-            Kind::NewConflicts => "new_conflicts",
-            Kind::NewDeadDeliveries => "new_dead_deliveries",
+            AlertKind::SourceSilent => "source_silent",
+            AlertKind::TargetFailing => "target_failing",
+            AlertKind::RejectionsRising => "rejections_rising",
+            AlertKind::NewConflicts => "new_conflicts",
+            AlertKind::NewDeadDeliveries => "new_dead_deliveries",
         }
     }
 }
@@ -89,7 +89,7 @@ impl Kind {
 /// One active condition.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Condition {
-    pub kind: Kind,
+    pub kind: AlertKind,
     pub source: String,
     /// For target conditions.
     pub target: Option<String>,
@@ -216,13 +216,13 @@ struct Stored {
 /// condition still on is not announced again; one that ended meanwhile is announced as
 /// ended) rather than starting from nothing.
 fn started_before(db: Db) -> anyhow::Result<Vec<Condition>> {
-    let mut seen: Vec<(Kind, String, Option<String>)> = Vec::new();
+    let mut seen: Vec<(AlertKind, String, Option<String>)> = Vec::new();
     let mut on = Vec::new();
     for body in db.newest_bodies(SOURCE, SEEN_AT_START)? {
         let Ok(n) = serde_json::from_slice::<Stored>(&body) else {
             continue;
         };
-        let Some(kind) = Kind::from_word(&n.alert) else {
+        let Some(kind) = AlertKind::from_word(&n.alert) else {
             continue;
         };
         let key = (kind, n.source.clone(), n.target.clone());
@@ -322,7 +322,7 @@ pub async fn run(
                 // that a sender hovering at the threshold cannot make it flap.
                 let on = was_on
                     .iter()
-                    .any(|c| c.kind == Kind::RejectionsRising && c.source == *s);
+                    .any(|c| c.kind == AlertKind::RejectionsRising && c.source == *s);
                 *n >= if on { REJECTIONS / 2 } else { REJECTIONS }
             })
             .collect();
@@ -386,12 +386,12 @@ pub async fn run(
         }
         for (source, _) in &rules.sources {
             let on = |kind| next.iter().any(|c| c.kind == kind && c.source == *source);
-            metrics.set_source_silent(source, on(Kind::SourceSilent));
-            metrics.set_source_rejections_rising(source, on(Kind::RejectionsRising));
+            metrics.set_source_silent(source, on(AlertKind::SourceSilent));
+            metrics.set_source_rejections_rising(source, on(AlertKind::RejectionsRising));
         }
         for (source, target, _, _) in &rules.targets {
             let failing = next.iter().any(|c| {
-                c.kind == Kind::TargetFailing
+                c.kind == AlertKind::TargetFailing
                     && c.source == *source
                     && c.target.as_deref() == Some(target)
             });
@@ -494,7 +494,7 @@ fn judge(
             .unwrap_or(started);
         if now.duration_since(last).unwrap_or_default() > every {
             out.push(Condition {
-                kind: Kind::SourceSilent,
+                kind: AlertKind::SourceSilent,
                 source: s.source.clone(),
                 target: None,
                 // Derived from the inbox, so the same silence has the same start after a
@@ -551,7 +551,7 @@ fn judge(
             _ => continue,
         };
         out.push(Condition {
-            kind: Kind::TargetFailing,
+            kind: AlertKind::TargetFailing,
             source: t.source.clone(),
             target: Some(t.target.clone()),
             since: at.clone(),
@@ -561,7 +561,7 @@ fn judge(
 
     for (source, n) in rising {
         out.push(Condition {
-            kind: Kind::RejectionsRising,
+            kind: AlertKind::RejectionsRising,
             source: source.clone(),
             target: None,
             since: at.clone(),
@@ -581,7 +581,7 @@ fn judge(
             continue;
         }
         out.push(Condition {
-            kind: Kind::NewConflicts,
+            kind: AlertKind::NewConflicts,
             source: source.clone(),
             target: None,
             since: first,
@@ -597,7 +597,7 @@ fn judge(
     // target that let it die, forever. Their failures are in the log and the metrics.
     for (source, target, n, first) in stats::new_dead(db, &news_since, SOURCE)? {
         out.push(Condition {
-            kind: Kind::NewDeadDeliveries,
+            kind: AlertKind::NewDeadDeliveries,
             detail: format!(
                 "{} gave up in the last {}: `hookinbox dead --source {source} --target \
                  {target}`, then `hookinbox replay --dead --source {source} --target {target}` \

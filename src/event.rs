@@ -99,6 +99,7 @@ pub fn idempotency_key(source: &str, account: &str, event_id: &str, target: &str
 /// A body's SHA-256.
 pub type Digest = [u8; 32];
 
+/// A body's SHA-256: what the inbox stores (as hex) and a retry is compared by.
 pub fn digest(body: &[u8]) -> Digest {
     let mut d = [0; 32];
     d.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, body).as_ref());

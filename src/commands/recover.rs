@@ -15,7 +15,7 @@ use serde::Serialize;
 use crate::clock;
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::recover::{self, Item, Plan, Window};
+use crate::recover::{self, Item, RecoveryPlan, Window};
 use crate::scheme::providers;
 use crate::store;
 use crate::terminal::{Progress, Table};
@@ -44,7 +44,7 @@ pub struct Args {
 
 #[derive(Debug, Serialize)]
 struct Report {
-    plan: Plan,
+    plan: RecoveryPlan,
     dry_run: bool,
     done: Option<recover::Done>,
 }
@@ -186,7 +186,7 @@ pub fn run(
     })
 }
 
-fn print_plan(plan: &Plan, dry_run: bool, out: &mut impl Write) -> anyhow::Result<()> {
+fn print_plan(plan: &RecoveryPlan, dry_run: bool, out: &mut impl Write) -> anyhow::Result<()> {
     writeln!(
         out,
         "{} ({}), {} to {}: {} listed, {} already in the inbox",
@@ -261,7 +261,11 @@ fn section(out: &mut impl Write, title: &str, items: &[Item]) -> anyhow::Result<
     Ok(())
 }
 
-fn print_done(plan: &Plan, done: &recover::Done, out: &mut impl Write) -> anyhow::Result<()> {
+fn print_done(
+    plan: &RecoveryPlan,
+    done: &recover::Done,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
     writeln!(out, "{}", done.summary(plan))?;
     if done.redeliveries_asked > 0 {
         writeln!(

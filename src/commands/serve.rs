@@ -390,7 +390,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     ));
     // With replicas each recovers the gaps it recorded (a down gap is recorded by the one
     // replica that started when none was receiving) and runs its own safety net.
-    let recover_task = tokio::spawn(crate::recover::serve::run(
+    let recover_task = tokio::spawn(crate::recover::auto::run(
         sources_rx,
         store.clone(),
         metrics.clone(),

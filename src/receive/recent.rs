@@ -19,6 +19,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::event::Digest;
+
 /// How long an identity is answered from memory after its commit was confirmed.
 pub const TTL: Duration = Duration::from_secs(60);
 
@@ -30,9 +32,6 @@ pub const CAPACITY: usize = 16_384;
 /// An identity: the first 16 bytes of the SHA-256 of its length-prefixed parts.
 pub type Key = [u8; 16];
 
-/// A body's SHA-256.
-pub type Digest = [u8; 32];
-
 pub fn key(source: &str, account: &str, event_id: &str) -> Key {
     let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
     for part in [source, account, event_id] {
@@ -43,13 +42,6 @@ pub fn key(source: &str, account: &str, event_id: &str) -> Key {
     let mut key = [0; 16];
     key.copy_from_slice(&ctx.finish().as_ref()[..16]);
     key
-}
-
-/// A body's SHA-256: what the inbox stores (as hex) and a retry is compared by.
-pub fn digest(body: &[u8]) -> Digest {
-    let mut d = [0; 32];
-    d.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, body).as_ref());
-    d
 }
 
 #[derive(Default)]

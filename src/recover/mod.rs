@@ -19,9 +19,9 @@
 //!
 //! Invariant: recovery never changes or removes an event the inbox holds; it only adds.
 
+pub mod auto;
 pub mod client;
 pub mod github;
-pub mod serve;
 pub mod stripe;
 pub mod watch;
 
@@ -149,7 +149,7 @@ pub struct Item {
 
 /// What a window holds, compared with the inbox.
 #[derive(Debug, Clone, Serialize)]
-pub struct Plan {
+pub struct RecoveryPlan {
     pub source: String,
     pub provider: &'static str,
     /// The window asked about, widened (inbox text).
@@ -169,7 +169,7 @@ pub struct Plan {
     pub given_up: Vec<Item>,
 }
 
-impl Plan {
+impl RecoveryPlan {
     pub fn nothing_to_do(&self) -> bool {
         self.redeliver.is_empty() && self.store.is_empty()
     }
@@ -188,7 +188,7 @@ pub async fn plan(
     source: &Source,
     window: Window,
     store: &Store,
-) -> anyhow::Result<Plan> {
+) -> anyhow::Result<RecoveryPlan> {
     let now = clock::unix_now();
     let remembered =
         now.saturating_sub(i64::try_from(source.keep_identity.as_secs()).unwrap_or(i64::MAX));
@@ -239,7 +239,7 @@ pub async fn plan(
             ))
         })
         .await?;
-    let mut plan = Plan {
+    let mut plan = RecoveryPlan {
         source: source.name.clone(),
         provider: api.provider(),
         from: clock::iso_from_unix(asked.from),
@@ -304,7 +304,7 @@ pub struct Done {
 
 impl Done {
     /// "asked for 3 redeliveries, stored 0 events"
-    pub fn summary(&self, plan: &Plan) -> String {
+    pub fn summary(&self, plan: &RecoveryPlan) -> String {
         let mut s = format!(
             "{} listed, {} already in the inbox; asked for {} redeliveries, stored {} events",
             plan.listed, plan.in_inbox, self.redeliveries_asked, self.stored
@@ -333,7 +333,7 @@ impl Done {
 pub async fn carry_out(
     api: &Arc<dyn Api>,
     source: &Arc<Source>,
-    plan: &Plan,
+    plan: &RecoveryPlan,
     store: &Store,
     metrics: &Metrics,
     step: &(dyn Fn() + Send + Sync),

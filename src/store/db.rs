@@ -13,7 +13,7 @@ use rusqlite::types::{FromSql, Value};
 use rusqlite::{Connection, ToSql};
 
 use super::postgres::session::PgConn;
-pub use super::row::{Error, Row};
+pub use super::row::{DbError, Row};
 
 /// An inbox connection of either backend.
 #[derive(Clone, Copy)]
@@ -42,7 +42,7 @@ impl<'a> Db<'a> {
         sql: &str,
         params: &[&dyn ToSql],
         mut f: impl FnMut(&Row) -> rusqlite::Result<T>,
-    ) -> Result<Vec<T>, Error> {
+    ) -> Result<Vec<T>, DbError> {
         match self {
             Db::Sqlite(conn) => {
                 let mut stmt = conn.prepare_cached(sql)?;
@@ -58,7 +58,7 @@ impl<'a> Db<'a> {
             Db::Postgres(pg) => pg
                 .query(sql, params)?
                 .iter()
-                .map(|r| f(r).map_err(Error::from))
+                .map(|r| f(r).map_err(DbError::from))
                 .collect(),
         }
     }
@@ -69,7 +69,7 @@ impl<'a> Db<'a> {
         sql: &str,
         params: &[&dyn ToSql],
         f: impl FnMut(&Row) -> rusqlite::Result<T>,
-    ) -> Result<Option<T>, Error> {
+    ) -> Result<Option<T>, DbError> {
         Ok(self.rows(sql, params, f)?.into_iter().next())
     }
 
@@ -78,9 +78,9 @@ impl<'a> Db<'a> {
         self,
         sql: &str,
         params: &[&dyn ToSql],
-    ) -> Result<T, Error> {
+    ) -> Result<T, DbError> {
         self.row(sql, params, |r| r.get(0))?
-            .ok_or_else(|| Error::Convert(format!("no row from {sql}")))
+            .ok_or_else(|| DbError::Convert(format!("no row from {sql}")))
     }
 
     /// Runs a statement; how many rows it changed.
@@ -88,7 +88,7 @@ impl<'a> Db<'a> {
         self,
         sql: &str,
         params: &[&dyn ToSql],
-    ) -> Result<usize, Error> {
+    ) -> Result<usize, DbError> {
         match self {
             Db::Sqlite(conn) => Ok(conn.prepare_cached(sql)?.execute(params)?),
             Db::Postgres(pg) => pg.execute(sql, params),
@@ -98,7 +98,10 @@ impl<'a> Db<'a> {
     /// Runs `f` in one write transaction: SQLite's `BEGIN IMMEDIATE` (the write lock first,
     /// so a running serve's writer waits at most as long as `f` takes), PostgreSQL's
     /// `BEGIN`. Committed when `f` succeeds, rolled back when it fails.
-    pub fn write<T, E: From<Error>>(self, f: impl FnOnce(Db<'a>) -> Result<T, E>) -> Result<T, E> {
+    pub fn write<T, E: From<DbError>>(
+        self,
+        f: impl FnOnce(Db<'a>) -> Result<T, E>,
+    ) -> Result<T, E> {
         let begin = match self {
             Db::Sqlite(_) => "BEGIN IMMEDIATE",
             Db::Postgres(_) => "BEGIN",
@@ -118,7 +121,7 @@ impl<'a> Db<'a> {
         }
     }
 
-    fn batch(self, sql: &str) -> Result<(), Error> {
+    fn batch(self, sql: &str) -> Result<(), DbError> {
         match self {
             Db::Sqlite(conn) => Ok(conn.execute_batch(sql)?),
             Db::Postgres(pg) => Ok(pg.batch_execute(sql)?),

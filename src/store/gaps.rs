@@ -124,7 +124,7 @@ fn insert_gap(
     started_at: &str,
     ended_at: &str,
     detail: &str,
-) -> Result<Gap, db::Error> {
+) -> Result<Gap, db::DbError> {
     db.row(
         &format!(
             "INSERT INTO gaps (source, kind, started_at, ended_at, detail)
@@ -133,7 +133,7 @@ fn insert_gap(
         &[&source, &kind, &started_at, &ended_at, &detail],
         gap,
     )?
-    .ok_or_else(|| db::Error::Convert("INSERT … RETURNING gave no row".into()))
+    .ok_or_else(|| db::DbError::Convert("INSERT … RETURNING gave no row".into()))
 }
 
 /// A source's row as the previous serve left it.
@@ -247,7 +247,7 @@ pub fn stop(conn: &Connection, sources: &[String], now: &str) -> rusqlite::Resul
 }
 
 /// Gaps that ended at or after `since`, oldest first, optionally of one source.
-pub fn list(db: Db, since: &str, source: Option<&str>) -> Result<Vec<Gap>, db::Error> {
+pub fn list(db: Db, since: &str, source: Option<&str>) -> Result<Vec<Gap>, db::DbError> {
     db.rows(
         &format!(
             "SELECT {GAP_COLUMNS} FROM gaps
@@ -271,7 +271,7 @@ pub struct Receiving {
 }
 
 /// Every source's rows (on PostgreSQL one per replica that received it), by source.
-pub fn receiving(db: Db) -> Result<Vec<Receiving>, db::Error> {
+pub fn receiving(db: Db) -> Result<Vec<Receiving>, db::DbError> {
     db.rows(
         "SELECT source, started_at, heartbeat_at, stopped_at, rejecting_since, rejected
            FROM receiving ORDER BY source, heartbeat_at DESC",
@@ -312,7 +312,7 @@ pub fn start_replica(
     replica: &str,
     sources: &[String],
     now: &str,
-) -> Result<(Vec<Gap>, Vec<Unconfirmed>), db::Error> {
+) -> Result<(Vec<Gap>, Vec<Unconfirmed>), db::DbError> {
     let live_since = crate::clock::iso(
         humantime::parse_rfc3339(now)
             .map(|t| t - LIVE)
@@ -401,7 +401,7 @@ pub struct Unconfirmed {
 /// last of their heartbeats to the start is a gap, recorded now, and their rows are
 /// dropped. A row gone meanwhile was found gone by another replica's start, which saw
 /// this one live: it does not count as moving on.
-pub fn confirm(db: Db, u: &Unconfirmed) -> Result<Option<Gap>, db::Error> {
+pub fn confirm(db: Db, u: &Unconfirmed) -> Result<Option<Gap>, db::DbError> {
     for (replica, heartbeat) in &u.replicas {
         let moved = db.row(
             "SELECT 1 FROM receiving
@@ -446,7 +446,7 @@ pub fn beat_replica(
     replica: &str,
     beats: &[Beat],
     now: &str,
-) -> Result<Vec<Gap>, db::Error> {
+) -> Result<Vec<Gap>, db::DbError> {
     let mut gaps = Vec::new();
     for b in beats {
         let (since, last, count, by) = open_run(b);
@@ -477,7 +477,12 @@ pub fn beat_replica(
 }
 
 /// [`stop`] for one of several replicas on PostgreSQL: its own rows.
-pub fn stop_replica(db: Db, replica: &str, sources: &[String], now: &str) -> Result<(), db::Error> {
+pub fn stop_replica(
+    db: Db,
+    replica: &str,
+    sources: &[String],
+    now: &str,
+) -> Result<(), db::DbError> {
     for source in sources {
         db.execute(
             "UPDATE receiving SET stopped_at = ?3, heartbeat_at = ?3
@@ -518,7 +523,7 @@ fn down_since(last: LastSeen, now: &str) -> Option<(String, String)> {
 }
 
 /// Records that a recovery covered these gaps, and what it did.
-pub fn recovered(db: Db, ids: &[i64], summary: &str, now: &str) -> Result<(), db::Error> {
+pub fn recovered(db: Db, ids: &[i64], summary: &str, now: &str) -> Result<(), db::DbError> {
     for id in ids {
         db.execute(
             "UPDATE gaps SET recovered_at = ?2, recovery = ?3 WHERE id = ?1",
@@ -530,7 +535,7 @@ pub fn recovered(db: Db, ids: &[i64], summary: &str, now: &str) -> Result<(), db
 
 /// Records what a recovery of these gaps did without marking them recovered (it failed, or
 /// partly): the next one tries again.
-pub fn note(db: Db, ids: &[i64], summary: &str) -> Result<(), db::Error> {
+pub fn note(db: Db, ids: &[i64], summary: &str) -> Result<(), db::DbError> {
     for id in ids {
         db.execute(
             "UPDATE gaps SET recovery = ?2 WHERE id = ?1",
@@ -546,7 +551,7 @@ pub fn known(
     source: &str,
     account: &str,
     ids: &[String],
-) -> Result<HashSet<String>, db::Error> {
+) -> Result<HashSet<String>, db::DbError> {
     let mut found = HashSet::new();
     for id in ids {
         let exists = db.row(
@@ -576,7 +581,7 @@ pub fn requests(
     source: &str,
     account: &str,
     ids: &[String],
-) -> Result<HashMap<String, Requested>, db::Error> {
+) -> Result<HashMap<String, Requested>, db::DbError> {
     let mut found = HashMap::new();
     for id in ids {
         let row = db.row(
@@ -607,7 +612,7 @@ pub fn requested(
     id: &str,
     delivery: i64,
     now: &str,
-) -> Result<(), db::Error> {
+) -> Result<(), db::DbError> {
     // `recovery_requests.asked`, not `asked` alone: PostgreSQL's DO UPDATE names the row.
     db.execute(
         "INSERT INTO recovery_requests (source, account, event_id, requested_at, delivery)

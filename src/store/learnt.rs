@@ -2,10 +2,10 @@
 //! handshake may teach one (`hookinbox arm`). A window is used once: learning a secret
 //! closes it, in the same transaction, so two handshakes cannot both be trusted.
 
-use crate::store::db::{Db, Error};
+use crate::store::db::{Db, DbError};
 
 /// Opens (or reopens) `source`'s window until `until` (ISO-8601 text).
-pub fn arm(db: Db, source: &str, now: &str, until: &str) -> Result<(), Error> {
+pub fn arm(db: Db, source: &str, now: &str, until: &str) -> Result<(), DbError> {
     db.execute(
         "INSERT INTO armed (source, armed_at, until) VALUES (?1, ?2, ?3)
          ON CONFLICT (source) DO UPDATE SET armed_at = excluded.armed_at, until = excluded.until",
@@ -22,7 +22,7 @@ pub fn learn(
     secret: &[u8],
     remote_addr: &str,
     now: &str,
-) -> Result<bool, Error> {
+) -> Result<bool, DbError> {
     // With replicas, two handshakes at once: the window's row is deleted by one of them.
     let closed = db.execute(
         "DELETE FROM armed WHERE source = ?1 AND until > ?2",
@@ -42,7 +42,7 @@ pub fn learn(
 }
 
 /// The secret `source` learnt, if it learnt one.
-pub fn secret(db: Db, source: &str) -> Result<Option<Vec<u8>>, Error> {
+pub fn secret(db: Db, source: &str) -> Result<Option<Vec<u8>>, DbError> {
     db.row(
         "SELECT secret FROM learnt_secrets WHERE source = ?1",
         &[&source],
@@ -51,14 +51,14 @@ pub fn secret(db: Db, source: &str) -> Result<Option<Vec<u8>>, Error> {
 }
 
 /// Every learnt secret, by source.
-pub fn all(db: Db) -> Result<Vec<(String, Vec<u8>)>, Error> {
+pub fn all(db: Db) -> Result<Vec<(String, Vec<u8>)>, DbError> {
     db.rows("SELECT source, secret FROM learnt_secrets", &[], |r| {
         Ok((r.get(0)?, r.get(1)?))
     })
 }
 
 /// When `source` learnt its secret, if it has.
-pub fn learnt_at(db: Db, source: &str) -> Result<Option<String>, Error> {
+pub fn learnt_at(db: Db, source: &str) -> Result<Option<String>, DbError> {
     db.row(
         "SELECT learnt_at FROM learnt_secrets WHERE source = ?1",
         &[&source],

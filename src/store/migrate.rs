@@ -292,7 +292,7 @@ fn from_sqlite(v: ValueRef<'_>, kind: Kind, cleaned: &mut u64) -> anyhow::Result
 
 /// What one table's copy came to.
 #[derive(Debug, serde::Serialize)]
-pub struct Copied {
+pub struct CopiedTable {
     pub table: &'static str,
     pub rows: u64,
     /// SHA-256 over every row, the same read from the file and read back from PostgreSQL.
@@ -301,10 +301,10 @@ pub struct Copied {
 
 /// What the copy came to.
 #[derive(Debug, serde::Serialize)]
-pub struct Outcome {
+pub struct Migrated {
     pub from: String,
     pub to: String,
-    pub tables: Vec<Copied>,
+    pub tables: Vec<CopiedTable>,
     /// Text values whose NUL characters were stored as U+FFFD.
     pub nul_replaced: u64,
 }
@@ -312,7 +312,7 @@ pub struct Outcome {
 /// Copies the stopped SQLite inbox at `db` into the empty PostgreSQL inbox `target` (its
 /// schema made if missing), reads it back and compares, then commits. Holds the file's
 /// lock meanwhile: an event committed after the copy began would be left behind.
-pub fn sqlite_to_postgres(db: &Path, target: &PgStore) -> anyhow::Result<Outcome> {
+pub fn sqlite_to_postgres(db: &Path, target: &PgStore) -> anyhow::Result<Migrated> {
     let _lock = super::sqlite::lock::InboxLock::acquire(db).context(
         "migrate-store copies a stopped inbox (an event stored after the copy began would be \
          left behind): stop serve first, e.g. systemctl stop hookinbox",
@@ -330,7 +330,7 @@ async fn copy(
     conn: &rusqlite::Connection,
     db: &Path,
     target: &crate::config::PgStore,
-) -> anyhow::Result<Outcome> {
+) -> anyhow::Result<Migrated> {
     let connector = super::postgres::connect::Connector::new(
         &target.url,
         target.password.as_ref(),
@@ -363,7 +363,7 @@ async fn copy(
     // One snapshot of the file for every table.
     conn.execute_batch("BEGIN")?;
     let tx = client.transaction().await?;
-    let mut outcome = Outcome {
+    let mut outcome = Migrated {
         from: db.display().to_string(),
         to: target.url.clone(),
         tables: Vec::new(),
@@ -398,7 +398,7 @@ async fn copy(
             )
             .await?;
         }
-        outcome.tables.push(Copied {
+        outcome.tables.push(CopiedTable {
             table: t.name,
             rows,
             digest: hex::encode(sent),

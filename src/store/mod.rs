@@ -45,7 +45,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 pub use commits::Commits;
-pub(crate) use db::Error;
+pub(crate) use db::DbError;
 pub use db::{Db, Open};
 use gaps::{Beat, Gap, Unconfirmed};
 pub use model::*;
@@ -102,7 +102,7 @@ trait Backend {
     async fn change<T, F>(&self, change: F) -> anyhow::Result<T>
     where
         T: Send + 'static,
-        F: FnMut(Db, &str) -> Result<T, Error> + Send + 'static;
+        F: FnMut(Db, &str) -> Result<T, DbError> + Send + 'static;
 }
 
 /// The inbox as `serve` holds it. Cheap to clone.
@@ -292,7 +292,7 @@ impl Store {
     pub async fn change<T, F>(&self, change: F) -> anyhow::Result<T>
     where
         T: Send + 'static,
-        F: FnMut(Db, &str) -> Result<T, Error> + Send + 'static,
+        F: FnMut(Db, &str) -> Result<T, DbError> + Send + 'static,
     {
         on_backend!(self, b => b.change(change).await)
     }
@@ -322,7 +322,7 @@ pub struct Described {
 /// joined at shutdown after the last handle is dropped, and the lock that keeps a second
 /// serve away.
 pub struct Held {
-    sqlite: Option<sqlite::Held>,
+    sqlite: Option<sqlite::Opened>,
 }
 
 impl Held {

@@ -14,7 +14,7 @@
 //! inside `serve`, `Writer::commits().all()` after the job wakes every loop at once.
 
 use crate::store::Paused;
-use crate::store::db::{Db, Error};
+use crate::store::db::{Db, DbError};
 
 /// Pauses (`paused`) or resumes a target; true when that changed something. Pausing a
 /// paused target keeps the first pause's time and name (the queue has been held since
@@ -26,7 +26,7 @@ pub fn set(
     paused: bool,
     by: &str,
     now: &str,
-) -> Result<bool, Error> {
+) -> Result<bool, DbError> {
     let changed = if paused {
         db.execute(
             "INSERT INTO paused_targets (source, target, paused_at, paused_by)
@@ -45,7 +45,7 @@ pub fn set(
 
 /// Every paused target, by source and target. The table holds one row per paused pair,
 /// a handful at most, so callers filter this rather than asking for one pair.
-pub fn all(db: Db) -> Result<Vec<Paused>, Error> {
+pub fn all(db: Db) -> Result<Vec<Paused>, DbError> {
     db.rows(
         "SELECT source, target, paused_at, paused_by FROM paused_targets ORDER BY source, target",
         &[],

@@ -1,4 +1,4 @@
-//! Replay: choosing deliveries by a [`Filter`], the [`Plan`] of what queuing them again
+//! Replay: choosing deliveries by a [`Filter`], the [`ReplayPlan`] of what queuing them again
 //! would do, and doing it a chunk at a time ([`requeue`]). Nothing is received again: a
 //! replayed delivery keeps its idempotency key and its attempt numbering, and gets a fresh
 //! retry schedule (`schedule_base = attempts`).
@@ -164,7 +164,7 @@ impl Filter {
 
 /// What replaying a [`Filter`] would do.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Plan {
+pub struct ReplayPlan {
     /// Matching deliveries left alone because an attempt is running now.
     pub in_flight: usize,
     /// Matching deliveries whose payload retention already dropped: they cannot be sent.
@@ -194,14 +194,14 @@ pub struct Listed {
 /// they can. Only reads. The counts and the list are separate short statements, so a
 /// delivery that changes between them can be counted in one and listed in the other;
 /// [`requeue`] checks eligibility again in its own transaction, which is what counts.
-pub fn plan(db: Db, f: &Filter) -> Result<Plan, db::Error> {
+pub fn plan(db: Db, f: &Filter) -> Result<ReplayPlan, db::DbError> {
     if !f.selects() {
-        return Ok(Plan::default());
+        return Ok(ReplayPlan::default());
     }
     let (filter, values) = f.clause(db.dialect());
     let params = db::refs(&values);
     let outdated = outdated(db.dialect());
-    let count = |extra: &str| -> Result<usize, db::Error> {
+    let count = |extra: &str| -> Result<usize, db::DbError> {
         let sql = format!(
             "SELECT count(*) FROM deliveries d JOIN events e ON e.id = d.event
               WHERE {filter} AND {extra}"
@@ -225,7 +225,7 @@ pub fn plan(db: Db, f: &Filter) -> Result<Plan, db::Error> {
             state: r.get(5)?,
         })
     })?;
-    Ok(Plan {
+    Ok(ReplayPlan {
         in_flight,
         pruned,
         superseded,
@@ -254,7 +254,7 @@ fn listing(f: &Filter, filter: &str, dialect: Dialect) -> String {
 /// again here, since an attempt may have started, or retention run, after the plan; and
 /// only while it is still in the state it was planned in, so that one delivered meanwhile
 /// (chosen as `pending`, or by its last error) is not sent again.
-pub fn requeue(db: Db, planned: &[Listed], now: &str) -> Result<usize, db::Error> {
+pub fn requeue(db: Db, planned: &[Listed], now: &str) -> Result<usize, db::DbError> {
     if planned.is_empty() {
         return Ok(0);
     }

@@ -427,7 +427,7 @@ fn walk_chunk(
 
 /// What [`prune_chunk`] (or PostgreSQL's prune) would do for `rule`, counted in full (a
 /// dry run).
-pub fn count(db: Db, rule: &Rule, now: SystemTime) -> Result<Pruned, crate::store::db::Error> {
+pub fn count(db: Db, rule: &Rule, now: SystemTime) -> Result<Pruned, crate::store::db::DbError> {
     let mut would = Pruned::default();
     for kind in KINDS {
         let cutoff = kind.cutoff(rule, now);

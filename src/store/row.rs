@@ -5,7 +5,7 @@
 use rusqlite::types::{FromSql, Value, ValueRef};
 
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub enum DbError {
     #[error(transparent)]
     Sqlite(#[from] rusqlite::Error),
     #[error("{}", super::postgres::connect::describe(.0))]
@@ -41,10 +41,10 @@ impl Row {
 
 /// For the serve's writer jobs, whose closures answer in rusqlite's error: on a SQLite
 /// connection every error is SQLite's.
-impl From<Error> for rusqlite::Error {
-    fn from(e: Error) -> rusqlite::Error {
+impl From<DbError> for rusqlite::Error {
+    fn from(e: DbError) -> rusqlite::Error {
         match e {
-            Error::Sqlite(e) => e,
+            DbError::Sqlite(e) => e,
             other => rusqlite::Error::ToSqlConversionFailure(Box::new(other)),
         }
     }

@@ -8,7 +8,7 @@
 //! through `deliveries_state`; either stays short while the backlog and the dead rows kept
 //! are thousands, not millions.
 
-use crate::store::db::{Db, Dialect, Error};
+use crate::store::db::{Db, DbError, Dialect};
 
 /// One source over a window.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -44,7 +44,7 @@ impl TargetStats {
 }
 
 /// Each named source since `since` (inbox time text).
-pub fn sources(db: Db, names: &[String], since: &str) -> Result<Vec<SourceStats>, Error> {
+pub fn sources(db: Db, names: &[String], since: &str) -> Result<Vec<SourceStats>, DbError> {
     if names.is_empty() {
         return Ok(Vec::new());
     }
@@ -112,7 +112,11 @@ pub fn sources(db: Db, names: &[String], since: &str) -> Result<Vec<SourceStats>
 }
 
 /// Each named (source, target) pair: attempts since `since`, and the queue now.
-pub fn targets(db: Db, pairs: &[(String, String)], since: &str) -> Result<Vec<TargetStats>, Error> {
+pub fn targets(
+    db: Db,
+    pairs: &[(String, String)],
+    since: &str,
+) -> Result<Vec<TargetStats>, DbError> {
     let mut out: Vec<TargetStats> = pairs
         .iter()
         .map(|(source, target)| TargetStats {
@@ -191,7 +195,7 @@ enum Update {
 
 /// Per source, the conflicts seen since `since` (inbox text): how many, and the first
 /// time one was seen.
-pub fn new_conflicts(db: Db, since: &str) -> Result<Vec<(String, i64, String)>, Error> {
+pub fn new_conflicts(db: Db, since: &str) -> Result<Vec<(String, i64, String)>, DbError> {
     db.rows(
         "SELECT source, count(*), min(last_seen_at) FROM conflicts
           WHERE last_seen_at >= ?1 GROUP BY source ORDER BY source",
@@ -207,7 +211,7 @@ pub fn new_dead(
     db: Db,
     since: &str,
     except: &str,
-) -> Result<Vec<(String, String, i64, String)>, Error> {
+) -> Result<Vec<(String, String, i64, String)>, DbError> {
     let deliveries = match db.dialect() {
         Dialect::Sqlite => "deliveries INDEXED BY deliveries_dead",
         Dialect::Postgres => "deliveries",

@@ -194,7 +194,7 @@ impl Page<'_> {
     }
 
     /// What a replay would do, and the button that does it.
-    fn preview(&self, form: &Form, plan: &store::replay::Plan) -> Response<Full<Bytes>> {
+    fn preview(&self, form: &Form, plan: &store::replay::ReplayPlan) -> Response<Full<Bytes>> {
         let n = plan.eligible.len();
         let content = html! {
             p { "This would re-queue " strong { (n) } " deliveries under their idempotency keys. "

@@ -16,26 +16,26 @@ const MAX_INDENT: usize = 16;
 /// How the body is shown: which form, and the text (still to be HTML-escaped by the page).
 #[derive(Debug, PartialEq, Eq)]
 pub struct Shown {
-    pub form: Form,
+    pub form: BodyForm,
     pub text: String,
     /// True when only the first [`SHOWN_BYTES`] are shown.
     pub cut: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Form {
+pub enum BodyForm {
     Json,
     Text,
     /// Not UTF-8: ASCII as itself, every other byte as `\xNN`.
     Bytes,
 }
 
-impl Form {
+impl BodyForm {
     pub fn describe(self) -> &'static str {
         match self {
-            Form::Json => "JSON, laid out one value per line",
-            Form::Text => "text",
-            Form::Bytes => "not UTF-8: bytes outside ASCII written as \\xNN",
+            BodyForm::Json => "JSON, laid out one value per line",
+            BodyForm::Text => "text",
+            BodyForm::Bytes => "not UTF-8: bytes outside ASCII written as \\xNN",
         }
     }
 }
@@ -47,16 +47,16 @@ pub fn show(body: &[u8]) -> Shown {
     let head = &body[..body.len().min(SHOWN_BYTES)];
     let parses = !cut && serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok();
     let (form, text) = match std::str::from_utf8(head) {
-        Ok(text) if parses => (Form::Json, reindent(text)),
-        Ok(text) => (Form::Text, text.to_owned()),
+        Ok(text) if parses => (BodyForm::Json, reindent(text)),
+        Ok(text) => (BodyForm::Text, text.to_owned()),
         // A cut can split a character: the part before it is still text.
         Err(e) if cut && e.error_len().is_none() => (
-            Form::Text,
+            BodyForm::Text,
             String::from_utf8_lossy(&head[..e.valid_up_to()]).into_owned(),
         ),
         // Line by line, so that the line breaks stay line breaks.
         Err(_) => (
-            Form::Bytes,
+            BodyForm::Bytes,
             head.split(|b| *b == b'\n')
                 .map(|line| line.escape_ascii().to_string())
                 .collect::<Vec<_>>()
@@ -147,15 +147,15 @@ mod tests {
 
     #[test]
     fn bodies_are_shown_in_the_form_they_have() {
-        assert_eq!(show(br#"{"a":1}"#).form, Form::Json);
-        assert_eq!(show(b"a=1&b=2").form, Form::Text);
+        assert_eq!(show(br#"{"a":1}"#).form, BodyForm::Json);
+        assert_eq!(show(b"a=1&b=2").form, BodyForm::Text);
         let bytes = show(b"\xff\x00ok\nnext");
-        assert_eq!(bytes.form, Form::Bytes);
+        assert_eq!(bytes.form, BodyForm::Bytes);
         assert_eq!(bytes.text, "\\xff\\x00ok\nnext");
         // Deep nesting is indented only so far.
         let deep = format!("{}0{}", "[".repeat(100), "]".repeat(100));
         let laid = show(deep.as_bytes());
-        assert_eq!(laid.form, Form::Json);
+        assert_eq!(laid.form, BodyForm::Json);
         assert!(laid.text.lines().all(|l| l.len() <= 2 * MAX_INDENT + 1));
         // A right-to-left override would reorder what the page shows.
         assert!(show("a\u{202e}b".as_bytes()).text.contains("\\u{202e}"));

@@ -85,7 +85,7 @@ impl BatchError {
 }
 
 /// One kind of batched work.
-pub trait Kind: Send + 'static {
+pub trait BatchKind: Send + 'static {
     type Job: Send + 'static;
     /// Runs every job of the batch in `tx`, filling their slots. An error fails the batch.
     fn run<'a>(
@@ -126,7 +126,7 @@ pub async fn submit<J, T>(
 /// connects with `connector` when it first has work, and again after a failure.
 /// `health`, when given, is what `/readyz` reads: false after a failed batch, true again
 /// after a committed one (or a probe write that succeeded).
-pub async fn run<K: Kind>(
+pub async fn run<K: BatchKind>(
     name: &'static str,
     connector: Connector,
     mut rx: mpsc::Receiver<Op<K::Job>>,
@@ -189,7 +189,7 @@ pub async fn run<K: Kind>(
 
 /// Runs the batch in one transaction; when the database refuses it (not a lost connection,
 /// not a timeout), runs each job alone. Returns each job's error, if any.
-async fn commit_or_one_by_one<K: Kind>(
+async fn commit_or_one_by_one<K: BatchKind>(
     name: &str,
     connector: &Connector,
     client: &mut Option<Session>,
@@ -298,7 +298,7 @@ async fn connection<'c>(
     Ok(client.as_mut().expect("just connected"))
 }
 
-async fn commit<K: Kind>(
+async fn commit<K: BatchKind>(
     connector: &Connector,
     client: &mut Option<Session>,
     kind: &K,

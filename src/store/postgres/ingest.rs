@@ -134,7 +134,7 @@ impl<'a> Row<'a> {
     }
 }
 
-impl batch::Kind for Batch {
+impl batch::BatchKind for Batch {
     type Job = Job;
 
     fn run<'a>(

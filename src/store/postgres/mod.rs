@@ -35,13 +35,13 @@ use super::gaps::{self, Beat, Gap, Unconfirmed};
 use super::model::QUEUE_CAPACITY;
 use super::retention::{Pruned, Rule, Walk};
 use super::{
-    ClaimRequest, Claims, CommitHealth, Commits, Db, Error as DbError, EventData, Finished, Gauges,
-    Look, NewEvent, Recorded, Settled, Stored, Turn, WriteError,
+    ClaimRequest, Claims, CommitHealth, Commits, Db, DbError, EventData, Finished, Gauges, Look,
+    NewEvent, Recorded, Settled, Stored, Turn, WriteError,
 };
 use crate::config::PgStore;
 use crate::metrics::Metrics;
 use connect::{Connector, Shared};
-pub use schema::{Error, migrate, require_version, schema_version};
+pub use schema::{StartError, migrate, require_version, schema_version};
 
 /// How long a read may take (what is due, the events to send, the gauges): a delivery
 /// loop waiting on a dead server must turn again, or the watchdog takes it for stuck.
@@ -97,7 +97,10 @@ impl PostgresStore {
     /// Connects, migrates, and starts the batchers. Fails (and `serve` with it) when the
     /// server cannot be reached or the schema is newer than this binary: a replica that
     /// cannot store anything must not look ready.
-    pub async fn start(config: &PgStore, metrics: Arc<Metrics>) -> Result<PostgresStore, Error> {
+    pub async fn start(
+        config: &PgStore,
+        metrics: Arc<Metrics>,
+    ) -> Result<PostgresStore, StartError> {
         PostgresStore::start_with(config, metrics, true).await
     }
 
@@ -106,7 +109,7 @@ impl PostgresStore {
     pub async fn for_command(
         config: &PgStore,
         metrics: Arc<Metrics>,
-    ) -> Result<PostgresStore, Error> {
+    ) -> Result<PostgresStore, StartError> {
         PostgresStore::start_with(config, metrics, false).await
     }
 
@@ -114,7 +117,7 @@ impl PostgresStore {
         config: &PgStore,
         metrics: Arc<Metrics>,
         migrating: bool,
-    ) -> Result<PostgresStore, Error> {
+    ) -> Result<PostgresStore, StartError> {
         let connector_with = |session| {
             Connector::new(
                 &config.url,
@@ -123,13 +126,13 @@ impl PostgresStore {
                 CONNECT_TIMEOUT,
                 session,
             )
-            .map_err(|e| Error::Connect(format!("{e:#}")))
+            .map_err(|e| StartError::Connect(format!("{e:#}")))
         };
         let connector = connector_with(SESSION)?;
         let mut first = connector
             .connect()
             .await
-            .map_err(|e| Error::Connect(connect::describe(&e)))?;
+            .map_err(|e| StartError::Connect(connect::describe(&e)))?;
         if migrating {
             migrate(&mut first).await?;
         } else {
@@ -148,7 +151,7 @@ impl PostgresStore {
             } else {
                 0
             };
-            require_version(found).map_err(|e| Error::Db(format!("{e:#}")))?;
+            require_version(found).map_err(|e| StartError::Db(format!("{e:#}")))?;
         }
         // The first session has done its part (the migrations, the version); the batchers
         // open their own, with their settings.

@@ -124,7 +124,7 @@ const DB_NOW_PLUS_SECONDS_4: &str =
 const NOT_PAUSED: &str =
     "NOT EXISTS (SELECT 1 FROM paused_targets p WHERE p.source = $1 AND p.target = $2)";
 
-impl batch::Kind for Batch {
+impl batch::BatchKind for Batch {
     type Job = Job;
 
     fn run<'a>(

@@ -13,7 +13,7 @@ pub const SCHEMA: &str = include_str!("../../../schema-postgres.sql");
 const MIGRATION_LOCK: i64 = 0x686f_6f6b_696e_626f;
 
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub enum StartError {
     #[error("connecting to PostgreSQL: {0}")]
     Connect(String),
     #[error("PostgreSQL: {0}")]
@@ -25,9 +25,9 @@ pub enum Error {
     TooNew { found: i64, known: i64 },
 }
 
-impl From<tokio_postgres::Error> for Error {
-    fn from(e: tokio_postgres::Error) -> Error {
-        Error::Db(connect::describe(&e))
+impl From<tokio_postgres::Error> for StartError {
+    fn from(e: tokio_postgres::Error) -> StartError {
+        StartError::Db(connect::describe(&e))
     }
 }
 
@@ -58,13 +58,13 @@ pub fn require_version(found: i64) -> anyhow::Result<()> {
 /// Applies the migrations this database lacks, each in one transaction that holds
 /// [`MIGRATION_LOCK`]: a second replica starting at the same moment waits, then finds them
 /// applied.
-pub async fn migrate(client: &mut Client) -> Result<(), Error> {
+pub async fn migrate(client: &mut Client) -> Result<(), StartError> {
     let encoding: String = client
         .query_one("SELECT current_setting('server_encoding')", &[])
         .await?
         .get(0);
     if encoding != "UTF8" {
-        return Err(Error::Db(format!(
+        return Err(StartError::Db(format!(
             "the database's encoding is {encoding}, which cannot hold every event's text; \
              create it with UTF8: createdb --encoding UTF8 --template template0 …"
         )));
@@ -95,7 +95,7 @@ pub async fn migrate(client: &mut Client) -> Result<(), Error> {
             0
         };
         if found > known {
-            return Err(Error::TooNew { found, known });
+            return Err(StartError::TooNew { found, known });
         }
         if version <= found {
             continue;

@@ -14,7 +14,7 @@ use rusqlite::types::{ToSqlOutput, Value, ValueRef};
 use tokio_postgres::types::{IsNull, ToSql as PgToSql, Type};
 
 use super::connect;
-use crate::store::row::{Error, Row};
+use crate::store::row::{DbError, Row};
 
 /// A blocking PostgreSQL connection to the inbox, for the operator's commands.
 pub struct PgConn {
@@ -87,7 +87,7 @@ impl PgConn {
             .block_on(f)
     }
 
-    pub(in crate::store) fn batch_execute(&self, sql: &str) -> Result<(), Error> {
+    pub(in crate::store) fn batch_execute(&self, sql: &str) -> Result<(), DbError> {
         Ok(self.block_on(self.client.batch_execute(sql))?)
     }
 
@@ -95,10 +95,10 @@ impl PgConn {
         &self,
         sql: &str,
         params: &[&dyn ToSql],
-    ) -> Result<(tokio_postgres::Statement, Vec<Param>), Error> {
+    ) -> Result<(tokio_postgres::Statement, Vec<Param>), DbError> {
         let stmt = self.block_on(self.client.prepare(&placeholders(sql)))?;
         if stmt.params().len() != params.len() {
-            return Err(Error::Convert(format!(
+            return Err(DbError::Convert(format!(
                 "{} parameters for {} placeholders in {sql}",
                 params.len(),
                 stmt.params().len()
@@ -117,7 +117,7 @@ impl PgConn {
         &self,
         sql: &str,
         params: &[&dyn ToSql],
-    ) -> Result<Vec<Row>, Error> {
+    ) -> Result<Vec<Row>, DbError> {
         let (stmt, values) = self.prepare(sql, params)?;
         let refs: Vec<&(dyn PgToSql + Sync)> =
             values.iter().map(|v| v as &(dyn PgToSql + Sync)).collect();
@@ -136,7 +136,7 @@ impl PgConn {
         &self,
         sql: &str,
         params: &[&dyn ToSql],
-    ) -> Result<usize, Error> {
+    ) -> Result<usize, DbError> {
         let (stmt, values) = self.prepare(sql, params)?;
         let refs: Vec<&(dyn PgToSql + Sync)> =
             values.iter().map(|v| v as &(dyn PgToSql + Sync)).collect();
@@ -194,15 +194,15 @@ enum Param {
 }
 
 impl Param {
-    fn convert(ty: &Type, p: &dyn ToSql) -> Result<Param, Error> {
+    fn convert(ty: &Type, p: &dyn ToSql) -> Result<Param, DbError> {
         let out = p.to_sql()?;
         let value = match &out {
             ToSqlOutput::Borrowed(v) => *v,
             ToSqlOutput::Owned(v) => ValueRef::from(v),
-            _ => return Err(Error::Convert("an unsupported SQLite value".into())),
+            _ => return Err(DbError::Convert("an unsupported SQLite value".into())),
         };
         let wrong = || {
-            Error::Convert(format!(
+            DbError::Convert(format!(
                 "a {:?} value for a parameter of type {ty}",
                 value.data_type()
             ))
@@ -267,7 +267,7 @@ impl PgToSql for Param {
 }
 
 /// Column `i` as the SQLite value a query of the same text would have returned.
-fn column(row: &tokio_postgres::Row, i: usize) -> Result<Value, Error> {
+fn column(row: &tokio_postgres::Row, i: usize) -> Result<Value, DbError> {
     let ty = row.columns()[i].type_();
     let get = |e: tokio_postgres::Error| e;
     Ok(match *ty {
@@ -298,7 +298,7 @@ fn column(row: &tokio_postgres::Row, i: usize) -> Result<Value, Error> {
         _ => match row.try_get::<_, Option<String>>(i) {
             Ok(v) => opt(v, Value::Text),
             Err(e) => {
-                return Err(Error::Convert(format!(
+                return Err(DbError::Convert(format!(
                     "column {:?} has PostgreSQL type {ty}, which the commands do not read \
                      ({})",
                     row.columns()[i].name(),

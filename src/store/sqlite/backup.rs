@@ -25,7 +25,7 @@ const BUSY_FOR_AT_MOST: Duration = Duration::from_secs(5);
 
 /// A copy as it was written.
 #[derive(Debug)]
-pub struct Copied {
+pub struct BackedUp {
     /// The copy's pages (compacted: fewer than the inbox's when it had free pages).
     pub pages: i64,
     /// Events in the copy.
@@ -38,7 +38,7 @@ pub struct Copied {
 /// a name like "file:x.db" as a URI), readable by its owner only, synced with its
 /// directory, then checked; `on_step(pages done, pages in all)` after each step. Refuses a
 /// `dest` that exists; a partial copy is removed.
-pub fn write(db: &Path, dest: &Path, on_step: impl FnMut(u64, u64)) -> anyhow::Result<Copied> {
+pub fn write(db: &Path, dest: &Path, on_step: impl FnMut(u64, u64)) -> anyhow::Result<BackedUp> {
     // A journal or WAL left beside the name (a backup killed part way) would be read into
     // the new copy as if it were its own.
     for leftover in companions(dest) {
@@ -88,7 +88,7 @@ pub fn write(db: &Path, dest: &Path, on_step: impl FnMut(u64, u64)) -> anyhow::R
     let integrity_check: String = copy.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
     // The compacted copy's, not the inbox's.
     let pages: i64 = copy.query_row("PRAGMA page_count", [], |r| r.get(0))?;
-    Ok(Copied {
+    Ok(BackedUp {
         pages,
         events,
         integrity_check,

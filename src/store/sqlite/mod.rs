@@ -28,7 +28,7 @@ use anyhow::Context as _;
 use super::gaps::{self, Beat, Gap, Unconfirmed};
 use super::retention::{self, Pruned, Rule, Walk};
 use super::{
-    CommitHealth, Commits, Db, Error, EventData, Finished, Gauges, Look, NewEvent, Recorded,
+    CommitHealth, Commits, Db, DbError, EventData, Finished, Gauges, Look, NewEvent, Recorded,
     Settled, Stored, Turn, WriteError, pause,
 };
 use crate::config::Synchronous;
@@ -46,18 +46,18 @@ pub struct SqliteStore {
 
 /// What `serve` holds of a SQLite inbox besides the [`SqliteStore`]: the writer thread and
 /// the inbox's lock.
-pub struct Held {
+pub struct Opened {
     thread: std::thread::JoinHandle<()>,
     /// None for a command's store, which runs beside a serve.
     lock: Option<lock::InboxLock>,
 }
 
-impl Held {
+impl Opened {
     /// Waits up to `wait` for the writer thread to commit what is queued and close the
     /// inbox (it ends once every handle is dropped), then lets the lock go: only now may
     /// another serve open the inbox.
     pub async fn close(self, wait: Duration) {
-        let Held { thread, lock } = self;
+        let Opened { thread, lock } = self;
         let flushed = tokio::task::spawn_blocking(move || thread.join());
         match tokio::time::timeout(wait, flushed).await {
             Ok(_) => tracing::info!("stopped; the inbox is closed"),
@@ -76,7 +76,7 @@ impl SqliteStore {
         path: &Path,
         sync: Synchronous,
         metrics: Arc<Metrics>,
-    ) -> anyhow::Result<(SqliteStore, Held)> {
+    ) -> anyhow::Result<(SqliteStore, Opened)> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("creating the inbox directory {}", dir.display()))?;
@@ -90,7 +90,7 @@ impl SqliteStore {
                 readers: read::pool(path),
                 path: path.to_owned(),
             },
-            Held {
+            Opened {
                 thread,
                 lock: Some(lock),
             },
@@ -100,7 +100,10 @@ impl SqliteStore {
     /// Opens the inbox for an operator's command that runs `serve`'s machinery (`prune`,
     /// `recover`) beside a running serve: a writer of its own that never migrates, and no
     /// lock (its writes are short transactions, which wait for serve's writer's).
-    pub fn for_command(path: &Path, metrics: Arc<Metrics>) -> anyhow::Result<(SqliteStore, Held)> {
+    pub fn for_command(
+        path: &Path,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<(SqliteStore, Opened)> {
         let (writer, thread) = Writer::start_current(path.to_owned(), metrics)
             .with_context(|| format!("opening the inbox {}", path.display()))?;
         Ok((
@@ -109,7 +112,7 @@ impl SqliteStore {
                 readers: read::pool(path),
                 path: path.to_owned(),
             },
-            Held { thread, lock: None },
+            Opened { thread, lock: None },
         ))
     }
 
@@ -309,7 +312,7 @@ impl super::Backend for SqliteStore {
     async fn change<T, F>(&self, change: F) -> anyhow::Result<T>
     where
         T: Send + 'static,
-        F: FnMut(Db, &str) -> Result<T, Error> + Send + 'static,
+        F: FnMut(Db, &str) -> Result<T, DbError> + Send + 'static,
     {
         let mut change = change;
         Ok(self

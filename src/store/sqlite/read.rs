@@ -65,7 +65,7 @@ fn unmapped(path: &Path) -> rusqlite::Result<Connection> {
 
 /// [`open`], for the CLI's readers: refuses an inbox of another schema version with a
 /// message that says what to do, rather than failing on a missing table.
-pub fn open_current(path: &Path) -> Result<Connection, super::schema::Error> {
+pub fn open_current(path: &Path) -> Result<Connection, super::schema::OpenError> {
     let conn = open(path)?;
     super::schema::require_current(&conn)?;
     Ok(conn)

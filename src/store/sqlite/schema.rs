@@ -36,7 +36,7 @@ pub const CHECKPOINT_PAGES: i64 = 250;
 pub const JOURNAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
 
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub enum OpenError {
     #[error("{0}")]
     Sqlite(#[from] rusqlite::Error),
     #[error(
@@ -69,7 +69,7 @@ pub fn schema_version() -> i64 {
 /// allows creating a new, empty inbox (at start-up, not on a reopen after a failure).
 /// Migrating may rewrite the whole file once (see [`ensure_incremental_vacuum`]), so only
 /// `serve` opens this way; the CLI's writers use [`open_current`].
-pub fn open_writer(path: &Path, sync: Synchronous, create: bool) -> Result<Connection, Error> {
+pub fn open_writer(path: &Path, sync: Synchronous, create: bool) -> Result<Connection, OpenError> {
     let conn = connect(path, sync, create)?;
     migrate(&conn)?;
     ensure_incremental_vacuum(&conn, path)?;
@@ -79,7 +79,7 @@ pub fn open_writer(path: &Path, sync: Synchronous, create: bool) -> Result<Conne
 
 /// A read-write connection for the CLI's short write transactions (`replay`, `prune`),
 /// next to a running `serve`: it never migrates, and refuses an inbox of another version.
-pub fn open_current(path: &Path) -> Result<Connection, Error> {
+pub fn open_current(path: &Path) -> Result<Connection, OpenError> {
     let conn = connect(path, Synchronous::Full, false)?;
     require_current(&conn)?;
     Ok(conn)
@@ -91,17 +91,17 @@ fn user_version(conn: &Connection) -> rusqlite::Result<i64> {
 }
 
 /// Refuses an inbox whose schema is not the one this binary reads and writes.
-pub fn require_current(conn: &Connection) -> Result<(), Error> {
+pub fn require_current(conn: &Connection) -> Result<(), OpenError> {
     let known = schema_version();
     let found = user_version(conn)?;
     match found.cmp(&known) {
         std::cmp::Ordering::Equal => Ok(()),
-        std::cmp::Ordering::Less => Err(Error::Outdated { found, known }),
-        std::cmp::Ordering::Greater => Err(Error::TooNew { found, known }),
+        std::cmp::Ordering::Less => Err(OpenError::Outdated { found, known }),
+        std::cmp::Ordering::Greater => Err(OpenError::TooNew { found, known }),
     }
 }
 
-fn connect(path: &Path, sync: Synchronous, create: bool) -> Result<Connection, Error> {
+fn connect(path: &Path, sync: Synchronous, create: bool) -> Result<Connection, OpenError> {
     let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     if create {
         flags |= OpenFlags::SQLITE_OPEN_CREATE;
@@ -115,7 +115,7 @@ fn connect(path: &Path, sync: Synchronous, create: bool) -> Result<Connection, E
     }
     let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
-        return Err(Error::NotWal(mode));
+        return Err(OpenError::NotWal(mode));
     }
     let sync = match sync {
         Synchronous::Full => "FULL",
@@ -150,11 +150,11 @@ pub fn stable_plans(conn: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
-fn migrate(conn: &Connection) -> Result<(), Error> {
+fn migrate(conn: &Connection) -> Result<(), OpenError> {
     let known = schema_version();
     let found = user_version(conn)?;
     if found > known {
-        return Err(Error::TooNew { found, known });
+        return Err(OpenError::TooNew { found, known });
     }
     for (version, sql) in migrations() {
         if version <= found {
@@ -221,7 +221,7 @@ const INCREMENTAL: i64 = 2;
 /// takes time in proportion to its size), logged with how long it took. It cannot run
 /// inside the migration's transaction, so it runs after; a crash in between is finished at
 /// the next start, and a failure (a full disk) is logged and served through.
-fn ensure_incremental_vacuum(conn: &Connection, path: &Path) -> Result<(), Error> {
+fn ensure_incremental_vacuum(conn: &Connection, path: &Path) -> Result<(), OpenError> {
     let mode: i64 = conn.query_row("PRAGMA auto_vacuum", [], |r| r.get(0))?;
     if mode == INCREMENTAL {
         return Ok(());
@@ -404,7 +404,7 @@ mod tests {
         c.execute_batch("PRAGMA user_version = 999").unwrap();
         drop(c);
         let e = open_writer(&p, Synchronous::Full, true).unwrap_err();
-        assert!(matches!(e, Error::TooNew { found: 999, .. }), "{e}");
+        assert!(matches!(e, OpenError::TooNew { found: 999, .. }), "{e}");
     }
 
     /// An inbox as hookinbox wrote it at schema version 1: bodies in `events`, no
@@ -487,7 +487,7 @@ mod tests {
         // The CLI refuses to work on it rather than migrate it next to an older serve.
         assert!(matches!(
             open_current(&p).unwrap_err(),
-            Error::Outdated { found: 1, known } if known == schema_version()
+            OpenError::Outdated { found: 1, known } if known == schema_version()
         ));
         let c = open_writer(&p, Synchronous::Full, false).unwrap();
         let v: i64 = c

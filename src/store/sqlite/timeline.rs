@@ -55,7 +55,7 @@ pub fn window(
     until: Option<&str>,
     sql: &mut String,
     params: &mut Vec<Value>,
-) -> Result<(), db::Error> {
+) -> Result<(), db::DbError> {
     for (t, time_test, id_test) in [
         (since, " AND v.received_at >= ?", " AND v.id >= ?"),
         (until, " AND v.received_at < ?", " AND v.id < ?"),

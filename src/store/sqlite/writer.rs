@@ -118,7 +118,7 @@ impl Writer {
         path: PathBuf,
         sync: Synchronous,
         metrics: Arc<Metrics>,
-    ) -> Result<(Writer, JoinHandle<()>), super::schema::Error> {
+    ) -> Result<(Writer, JoinHandle<()>), super::schema::OpenError> {
         let conn = super::schema::open_writer(&path, sync, true)?;
         Ok(Writer::spawn(conn, path, Some(sync), metrics))
     }
@@ -129,7 +129,7 @@ impl Writer {
     pub fn start_current(
         path: PathBuf,
         metrics: Arc<Metrics>,
-    ) -> Result<(Writer, JoinHandle<()>), super::schema::Error> {
+    ) -> Result<(Writer, JoinHandle<()>), super::schema::OpenError> {
         let conn = super::schema::open_current(&path)?;
         Ok(Writer::spawn(conn, path, None, metrics))
     }
@@ -419,7 +419,7 @@ impl Loop {
         }
     }
 
-    fn failed(&mut self, e: &super::schema::Error, jobs: usize) {
+    fn failed(&mut self, e: &super::schema::OpenError, jobs: usize) {
         self.metrics.writer_commit_failures.inc();
         self.health.last_commit_ok.store(false, Ordering::Relaxed);
         tracing::error!(
@@ -442,7 +442,7 @@ impl Loop {
                  ON CONFLICT (id) DO UPDATE SET probed_at = excluded.probed_at",
                 [now],
             )
-            .map_err(super::schema::Error::from)
+            .map_err(super::schema::OpenError::from)
         });
         match result {
             Ok(_) => {
@@ -458,7 +458,7 @@ impl Loop {
 
     /// The write connection, reopened after a failure. A reopen never creates the file: if
     /// the inbox vanished, a fresh empty one would silently forget every identity.
-    fn connection(&mut self) -> Result<&mut Connection, super::schema::Error> {
+    fn connection(&mut self) -> Result<&mut Connection, super::schema::OpenError> {
         if self.conn.is_none() {
             self.conn = Some(match self.sync {
                 Some(sync) => super::schema::open_writer(&self.path, sync, false)?,
@@ -482,7 +482,7 @@ impl Loop {
 fn run_batch(
     conn: &mut Connection,
     jobs: &mut [Box<dyn Job>],
-) -> Result<bool, super::schema::Error> {
+) -> Result<bool, super::schema::OpenError> {
     let now = clock::iso_now();
     match run_jobs(conn, jobs, &now, false)? {
         Some(active) => Ok(active),
@@ -498,7 +498,7 @@ fn run_jobs(
     jobs: &mut [Box<dyn Job>],
     now: &str,
     savepoints: bool,
-) -> Result<Option<bool>, super::schema::Error> {
+) -> Result<Option<bool>, super::schema::OpenError> {
     let mut active = false;
     let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     for job in jobs.iter_mut() {

@@ -29,7 +29,7 @@ impl Db<'_> {
     /// Quarantined versions, newest first: the `recent_conflicts` view, so that this listing, the
     /// web inbox and `sqlite3` agree. Only fixed fragments go into the SQL; values are
     /// parameters.
-    pub fn conflicts(self, source: Option<&str>, limit: u32) -> Result<Vec<Conflict>, db::Error> {
+    pub fn conflicts(self, source: Option<&str>, limit: u32) -> Result<Vec<Conflict>, db::DbError> {
         let mut sql = String::from(
             "SELECT id, last_seen_at, received_at, source, account, event_id, seen,
                     original_sha256, sha256, size, original_event
@@ -60,7 +60,7 @@ impl Db<'_> {
     }
 
     /// One quarantined version beside the stored original, for comparing them.
-    pub fn conflict(self, id: i64) -> Result<Option<ConflictDetail>, db::Error> {
+    pub fn conflict(self, id: i64) -> Result<Option<ConflictDetail>, db::DbError> {
         self.row(
             "SELECT c.source, c.event_id, c.event, c.seen,
                     c.original_sha256, e.size, o.body, o.headers, e.received_at,

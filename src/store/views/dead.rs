@@ -35,7 +35,7 @@ impl Db<'_> {
         source: Option<&str>,
         target: Option<&str>,
         limit: u32,
-    ) -> Result<Vec<Dead>, db::Error> {
+    ) -> Result<Vec<Dead>, db::DbError> {
         let deliveries = match self.dialect() {
             Dialect::Sqlite => "deliveries d INDEXED BY deliveries_dead",
             Dialect::Postgres => "deliveries d",

@@ -75,7 +75,7 @@ impl Db<'_> {
     /// Reads the event, its deliveries, the paused targets and the attempts. Short queries, not one
     /// transaction (reads never hold one open): an attempt that lands between them can show in
     /// a delivery's history before its `attempts` count; the next `show` agrees again.
-    pub fn event(self, id: i64) -> Result<Option<EventDetail>, db::Error> {
+    pub fn event(self, id: i64) -> Result<Option<EventDetail>, db::DbError> {
         let Some(mut shown) = self.row(
             "SELECT e.id, e.source, e.account, e.event_id, e.event_type, e.size, e.sha256,
                     e.received_at, e.provider_time, e.pruned_at, p.headers, p.body, e.origin
@@ -195,7 +195,7 @@ impl Db<'_> {
         self,
         event_id: &str,
         source: Option<&str>,
-    ) -> Result<Vec<(i64, String, String)>, db::Error> {
+    ) -> Result<Vec<(i64, String, String)>, db::DbError> {
         self.rows(
             "SELECT id, source, account FROM events
               WHERE event_id = ?1 AND (CAST(?2 AS TEXT) IS NULL OR source = ?2)
@@ -207,7 +207,7 @@ impl Db<'_> {
 
     /// The exact stored body of an event; none once retention dropped it (or no such
     /// event).
-    pub fn body(self, id: i64) -> Result<Option<Vec<u8>>, db::Error> {
+    pub fn body(self, id: i64) -> Result<Option<Vec<u8>>, db::DbError> {
         self.row("SELECT body FROM payloads WHERE event = ?1", &[&id], |r| {
             Ok(r.get_ref(0)?.as_bytes()?.to_vec())
         })
@@ -215,7 +215,7 @@ impl Db<'_> {
 
     /// The stored bodies of `source`'s newest events, newest first, at most `limit`; the
     /// pruned ones are left out.
-    pub fn newest_bodies(self, source: &str, limit: i64) -> Result<Vec<Vec<u8>>, db::Error> {
+    pub fn newest_bodies(self, source: &str, limit: i64) -> Result<Vec<Vec<u8>>, db::DbError> {
         self.rows(
             "SELECT p.body FROM events e JOIN payloads p ON p.event = e.id
               WHERE e.source = ?1 ORDER BY e.id DESC LIMIT ?2",

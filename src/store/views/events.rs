@@ -195,12 +195,12 @@ impl Db<'_> {
     }
 
     /// The highest event id in the inbox, 0 when it has none.
-    pub fn newest_event_id(self) -> Result<i64, db::Error> {
+    pub fn newest_event_id(self) -> Result<i64, db::DbError> {
         self.value("SELECT coalesce(max(id), 0) FROM events", &[])
     }
 
     /// Whether the inbox holds an event with this row id.
-    pub fn has_event(self, id: i64) -> Result<bool, db::Error> {
+    pub fn has_event(self, id: i64) -> Result<bool, db::DbError> {
         Ok(self
             .row("SELECT 1 FROM events WHERE id = ?1", &[&id], |_| Ok(()))?
             .is_some())
@@ -235,7 +235,7 @@ const LOOK_BACK: std::time::Duration =
 
 impl Follow {
     /// After a first page, which showed the events up to `seen`.
-    pub fn start(db: Db, seen: i64) -> Result<Follow, db::Error> {
+    pub fn start(db: Db, seen: i64) -> Result<Follow, db::DbError> {
         Ok(match db.dialect() {
             Dialect::Sqlite => Follow::Last(seen),
             Dialect::Postgres => {
@@ -268,7 +268,7 @@ impl Follow {
 
     /// The events committed since the last look, as ranges to read (oldest first, a page
     /// each at most): each event is handed out once, when its id first appears.
-    pub fn new_events(&mut self, db: Db) -> Result<Vec<Range>, db::Error> {
+    pub fn new_events(&mut self, db: Db) -> Result<Vec<Range>, db::DbError> {
         match self {
             Follow::Last(seen) => {
                 let newest = db.newest_event_id()?;

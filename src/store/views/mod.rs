@@ -8,14 +8,14 @@ pub mod dead;
 pub mod event;
 pub mod events;
 
-use super::db::{Db, Error};
+use super::db::{Db, DbError};
 
 /// Whether an event of this identity is stored.
 const STORED: &str = "SELECT 1 FROM events WHERE source = ?1 AND account = ?2 AND event_id = ?3";
 
 impl Db<'_> {
     /// Whether the inbox holds an event of this identity.
-    pub fn is_stored(self, source: &str, account: &str, event_id: &str) -> Result<bool, Error> {
+    pub fn is_stored(self, source: &str, account: &str, event_id: &str) -> Result<bool, DbError> {
         Ok(self
             .row(STORED, &[&source, &account, &event_id], |_| Ok(()))?
             .is_some())
@@ -33,7 +33,7 @@ pub struct Pages {
 
 impl Db<'_> {
     /// The file's pages, on SQLite; none on PostgreSQL.
-    pub fn pages(self) -> Result<Option<Pages>, Error> {
+    pub fn pages(self) -> Result<Option<Pages>, DbError> {
         use crate::store::sqlite::schema::{FREE_PAGE_RESERVE, page_counts};
         match self {
             Db::Sqlite(conn) => {
@@ -53,7 +53,7 @@ impl Db<'_> {
         self,
         rule: &crate::store::retention::Rule,
         now: std::time::SystemTime,
-    ) -> Result<crate::store::retention::Pruned, Error> {
+    ) -> Result<crate::store::retention::Pruned, DbError> {
         crate::store::retention::count(self, rule, now)
     }
 }
@@ -61,7 +61,7 @@ impl Db<'_> {
 impl Db<'_> {
     /// Every (source, target) pair the inbox has deliveries for, in order: what an operator
     /// may name without a configuration at hand.
-    pub fn delivery_targets(self) -> Result<Vec<(String, String)>, Error> {
+    pub fn delivery_targets(self) -> Result<Vec<(String, String)>, DbError> {
         self.rows(
             "SELECT DISTINCT source, target FROM deliveries ORDER BY 1, 2",
             &[],
@@ -70,7 +70,7 @@ impl Db<'_> {
     }
 
     /// How many deliveries of a target wait (`pending`).
-    pub fn pending_count(self, source: &str, target: &str) -> Result<i64, Error> {
+    pub fn pending_count(self, source: &str, target: &str) -> Result<i64, DbError> {
         self.value(
             "SELECT count(*) FROM deliveries
               WHERE source = ?1 AND target = ?2 AND state = 'pending'",
@@ -79,7 +79,7 @@ impl Db<'_> {
     }
 
     /// Whether the inbox holds a delivery with this row id.
-    pub fn has_delivery(self, id: i64) -> Result<bool, Error> {
+    pub fn has_delivery(self, id: i64) -> Result<bool, DbError> {
         Ok(self
             .row("SELECT 1 FROM deliveries WHERE id = ?1", &[&id], |_| Ok(()))?
             .is_some())
