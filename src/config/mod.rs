@@ -26,6 +26,7 @@ use serde::Deserialize;
 use crate::scheme::Scheme;
 use crate::secret::{Origin, Secret};
 
+pub use crate::pg::PgTls;
 use raw::RawConfig;
 pub use raw::{parse_duration, parse_size};
 pub(crate) use validate::RECOVER_APIS;
@@ -429,16 +430,6 @@ impl PartialEq for PostgresTarget {
     }
 }
 impl Eq for PostgresTarget {}
-
-/// TLS to a PostgreSQL server.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PgTls {
-    /// Plain TCP (or a Unix socket): for this machine.
-    Off,
-    /// rustls, the certificate verified against the system's roots or `ca`, and the host
-    /// name checked (libpq's `sslmode=verify-full`).
-    VerifyFull { ca: Option<PathBuf> },
-}
 
 /// The table a `postgres` target inserts into when it names none.
 pub const DEFAULT_PG_TABLE: &str = "webhook_inbox";

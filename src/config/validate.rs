@@ -40,6 +40,11 @@ impl Paths<'_> {
             _ => Err(error),
         }
     }
+
+    /// A secret a setting names (a target's, the inbox's password): it verifies no source.
+    fn setting_secret(&self, reference: &str) -> Result<Secret, String> {
+        self.secret(reference, None).map(|(secret, _)| secret)
+    }
 }
 
 pub(super) fn validate(
@@ -281,29 +286,20 @@ fn validate_source(rs: RawSource, at: &str, paths: &Paths) -> Result<Source, Str
     })
 }
 
-/// Whether a host name (or an address, IPv6 in brackets or not) is this machine: where a
-/// credential may travel without TLS.
-fn is_this_machine(host: &str) -> bool {
-    host == "localhost"
-        || host
-            .trim_matches(['[', ']'])
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
-}
-
 /// A `postgres` target's table: checked here, so that an attempt never meets a name it
 /// cannot quote, and TLS decided by the host (off only to this machine).
 fn validate_postgres(pg: RawPostgres, at: &str, paths: &Paths) -> Result<PostgresTarget, String> {
     let at = format!("{at}.postgres");
-    let (url, password, tls) = validate_pg_connection(
-        PgConnection {
+    let (url, password, tls) = crate::pg::check_keys(
+        crate::pg::ConnectionKeys {
             url: pg.url,
             password: pg.password,
             tls: pg.tls,
             ca: pg.ca,
         },
         &at,
-        paths,
+        paths.base,
+        &|reference| paths.setting_secret(reference),
     )?;
     let table = pg.table.unwrap_or_else(|| DEFAULT_PG_TABLE.to_owned());
     // Lowercase only: the name is quoted, and PostgreSQL folds an unquoted CREATE TABLE
@@ -399,15 +395,16 @@ fn validate_backend(store: &super::raw::RawStore, paths: &Paths) -> Result<Backe
             if pool == 0 || pool > MAX_PG_POOL {
                 return Err(format!("store.pool must be between 1 and {MAX_PG_POOL}"));
             }
-            let (url, password, tls) = validate_pg_connection(
-                PgConnection {
+            let (url, password, tls) = crate::pg::check_keys(
+                crate::pg::ConnectionKeys {
                     url,
                     password: store.password.clone(),
                     tls: store.tls.clone(),
                     ca: store.ca.clone(),
                 },
                 "store",
-                paths,
+                paths.base,
+                &|reference| paths.setting_secret(reference),
             )?;
             Ok(Backend::Postgres(PgStore {
                 url,
@@ -437,15 +434,16 @@ pub fn pg_store_from(
         credentials: credentials.as_deref(),
         purpose: Purpose::Serve,
     };
-    let (url, password, tls) = validate_pg_connection(
-        PgConnection {
+    let (url, password, tls) = crate::pg::check_keys(
+        crate::pg::ConnectionKeys {
             url: url.to_owned(),
             password: password.map(str::to_owned),
             tls: tls.map(str::to_owned),
             ca: ca.map(Path::to_path_buf),
         },
         "store",
-        &paths,
+        paths.base,
+        &|reference| paths.setting_secret(reference),
     )
     // The same checks, in the command line's words.
     .map_err(|e| {
@@ -462,114 +460,6 @@ pub fn pg_store_from(
         tls,
         pool: DEFAULT_PG_POOL,
     })
-}
-
-/// The keys that say how to reach a PostgreSQL server, as written (`[store]` and a
-/// `postgres` target share them).
-struct PgConnection {
-    url: String,
-    password: Option<String>,
-    tls: Option<String>,
-    ca: Option<PathBuf>,
-}
-
-/// Checks a server's URL and decides TLS by its hosts: off only to this machine, verified
-/// otherwise. `at` names the table the keys are in.
-fn validate_pg_connection(
-    pg: PgConnection,
-    at: &str,
-    paths: &Paths,
-) -> Result<(String, Option<Secret>, PgTls), String> {
-    let config: tokio_postgres::Config = pg.url.parse().map_err(|e| {
-        format!(
-            "{at}.url {:?} is not a PostgreSQL URL ({e}); write postgres://USER@HOST/DATABASE",
-            pg.url
-        )
-    })?;
-    if config.get_password().is_some() {
-        return Err(format!(
-            "{at}.url holds a password; put it in password = \"file:/etc/hookinbox/secrets/…\" \
-             (any secret spec) so that it is never printed"
-        ));
-    }
-    if config.get_user().is_none() {
-        return Err(format!(
-            "{at}.url names no user: postgres://USER@HOST/DATABASE"
-        ));
-    }
-    if config.get_ssl_mode() != tokio_postgres::config::SslMode::Prefer {
-        return Err(format!(
-            "{at}.url sets sslmode; set {at}.tls instead (\"verify-full\" or \"off\")"
-        ));
-    }
-    if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
-        return Err(format!(
-            "{at}.url names no host: postgres://USER@HOST/DATABASE (host=/run/postgresql \
-             for the local socket)"
-        ));
-    }
-    use tokio_postgres::config::Host;
-    let unix = config
-        .get_hosts()
-        .iter()
-        .any(|h| matches!(h, Host::Unix(_)));
-    // Every address the connection may go to: a hostaddr, if given, is where it goes.
-    let local = config.get_hosts().iter().all(|h| match h {
-        Host::Unix(_) => true,
-        Host::Tcp(name) => is_this_machine(name),
-    }) && config.get_hostaddrs().iter().all(|ip| ip.is_loopback());
-    let tls = match pg.tls.as_deref() {
-        Some("off") => {
-            if !local {
-                return Err(format!(
-                    "{at}.tls = \"off\" is only for a server on this machine; the events and \
-                     the password would cross the network in clear"
-                ));
-            }
-            PgTls::Off
-        }
-        Some("verify-full") => PgTls::VerifyFull {
-            ca: pg.ca.as_ref().map(|c| paths.base.join(c)),
-        },
-        None if local && pg.ca.is_none() => PgTls::Off,
-        None => PgTls::VerifyFull {
-            ca: pg.ca.as_ref().map(|c| paths.base.join(c)),
-        },
-        Some(other) => {
-            return Err(format!(
-                "{at}.tls {other:?} is not a mode; write \"verify-full\" (the default to another \
-                 host) or \"off\" (the default to this machine)"
-            ));
-        }
-    };
-    match &tls {
-        PgTls::VerifyFull { ca } => {
-            if unix {
-                return Err(format!(
-                    "{at}: a Unix socket has no host name to verify; use tls = \"off\" for it"
-                ));
-            }
-            if let Some(ca) = ca
-                && !ca.exists()
-            {
-                return Err(format!("{at}.ca {} does not exist", ca.display()));
-            }
-        }
-        PgTls::Off if pg.ca.is_some() => {
-            return Err(format!("{at}.ca is for tls = \"verify-full\""));
-        }
-        PgTls::Off => {}
-    }
-    let password = match pg.password {
-        None => None,
-        Some(reference) => Some(
-            paths
-                .secret(&reference, None)
-                .map_err(|e| format!("{at}.password: {e}"))?
-                .0,
-        ),
-    };
-    Ok((pg.url, password, tls))
 }
 
 /// The provider APIs `recover.api` may name, with the scheme each one fills.
@@ -615,7 +505,7 @@ fn validate_recover(
     let url = r.api_url.as_deref().unwrap_or(default_url);
     let base =
         reqwest::Url::parse(url).map_err(|e| format!("{at}.api_url {url:?} is not a URL: {e}"))?;
-    let loopback = base.host_str().is_some_and(is_this_machine);
+    let loopback = base.host_str().is_some_and(crate::pg::is_this_machine);
     if !(base.scheme() == "https" || (base.scheme() == "http" && loopback)) || base.host().is_none()
     {
         return Err(format!(
