@@ -6,8 +6,9 @@ use std::path::Path;
 
 use hyper::http::{HeaderName, StatusCode};
 
-use super::raw::{RawConfig, RawId, RawPostgres, RawRecover, RawSource, RawTarget};
+use super::raw::{RawConfig, RawId, RawRecover, RawSource, RawTarget};
 use super::*;
+use crate::deliver::targets::Context;
 use crate::scheme::setup::Loaded;
 use crate::scheme::{self, IdRule, Scheme, Setup};
 use crate::secret::{self, Origin, Secret};
@@ -283,46 +284,6 @@ fn validate_source(rs: RawSource, at: &str, paths: &Paths) -> Result<Source, Str
         order: rs.order,
         secret_origins,
         recover,
-    })
-}
-
-/// A `postgres` target's table: checked here, so that an attempt never meets a name it
-/// cannot quote, and TLS decided by the host (off only to this machine).
-fn validate_postgres(pg: RawPostgres, at: &str, paths: &Paths) -> Result<PostgresTarget, String> {
-    let at = format!("{at}.postgres");
-    let (url, password, tls) = crate::pg::check_keys(
-        crate::pg::ConnectionKeys {
-            url: pg.url,
-            password: pg.password,
-            tls: pg.tls,
-            ca: pg.ca,
-        },
-        &at,
-        paths.base,
-        &|reference| paths.setting_secret(reference),
-    )?;
-    let table = pg.table.unwrap_or_else(|| DEFAULT_PG_TABLE.to_owned());
-    // Lowercase only: the name is quoted, and PostgreSQL folds an unquoted CREATE TABLE
-    // Inbox to inbox, which a quoted "Inbox" would never find.
-    let part_ok = |p: &str| {
-        !p.is_empty()
-            && p.len() <= 63
-            && p.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-            && !p.as_bytes()[0].is_ascii_digit()
-    };
-    let parts: Vec<&str> = table.split('.').collect();
-    if parts.len() > 2 || !parts.iter().all(|p| part_ok(p)) {
-        return Err(format!(
-            "{at}.table {table:?} must be a table name or schema.name of lowercase letters, \
-             digits and _"
-        ));
-    }
-    Ok(PostgresTarget {
-        url,
-        table,
-        password,
-        tls,
     })
 }
 
@@ -623,41 +584,15 @@ fn validate_recover(
 }
 
 fn validate_target(rt: RawTarget, at: &str, paths: &Paths) -> Result<Target, String> {
-    let kind = match (rt.url, rt.command, rt.postgres) {
-        (None, None, Some(pg)) => TargetKind::Postgres(validate_postgres(pg, at, paths)?),
-        (Some(url), None, None) => {
-            let parsed = reqwest::Url::parse(&url)
-                .map_err(|e| format!("{at}.url {url:?} is not a URL: {e}"))?;
-            if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
-                return Err(format!(
-                    "{at}.url {url:?} must be http:// or https:// with a host"
-                ));
-            }
-            TargetKind::Url(url)
-        }
-        (None, Some(mut argv), None) => {
-            if argv.is_empty() || argv[0].is_empty() {
-                return Err(format!(
-                    "{at}.command must name a program: [\"/path/to/program\", \"arg\", …]"
-                ));
-            }
-            // A relative program path is relative to the config file, like the store path;
-            // a bare name is looked up on PATH.
-            if argv[0].contains('/') && Path::new(&argv[0]).is_relative() {
-                // components() drops the `.` inside ("examples/./on-event.sh" as shown by
-                // check), keeping a leading one, which makes it a path rather than a name.
-                argv[0] = paths
-                    .base
-                    .join(&argv[0])
-                    .components()
-                    .collect::<PathBuf>()
-                    .display()
-                    .to_string();
-            }
-            TargetKind::Command(argv)
-        }
-        _ => return Err(format!("{at}: set exactly one of url, command or postgres")),
+    let secret = |reference: &str| paths.setting_secret(reference);
+    let cx = Context {
+        at,
+        base: paths.base,
+        secret: &secret,
     };
+    // A key of another kind is refused after the keys every target takes, as it always was.
+    let stray = rt.kinds.stray();
+    let destination = rt.kinds.check(&cx)?;
     if rt.timeout.is_zero() {
         return Err(format!("{at}.timeout must be more than zero"));
     }
@@ -700,32 +635,17 @@ fn validate_target(rt: RawTarget, at: &str, paths: &Paths) -> Result<Target, Str
             humantime::format_duration(MIN_EXPECT_EVERY)
         ));
     }
-    if rt.sign_secret.is_some() && !matches!(kind, TargetKind::Url(_)) {
-        return Err(format!(
-            "{at}.sign_secret is for url targets; a command or a postgres table is local and \
-             gets its metadata as variables or columns"
-        ));
+    if let Some(stray) = stray {
+        return Err(format!("{at}.{stray}"));
     }
-    let sign_secret = match rt.sign_secret {
-        None => None,
-        Some(reference) => {
-            let (secret, _) = paths
-                .secret(&reference, None)
-                .map_err(|e| format!("{at}.sign_secret: {e}"))?;
-            scheme::providers::standard_webhooks::decode_secret(&secret)
-                .map_err(|e| format!("{at}.sign_secret: {e}"))?;
-            Some(secret)
-        }
-    };
     Ok(Target {
         name: rt.name,
-        kind,
+        destination,
         timeout: rt.timeout,
         retry,
         concurrency: rt.concurrency,
         rate,
         lease,
-        sign_secret,
         alert_failure_share: rt.alert_failure_share,
         alert_pending_age: rt.alert_pending_age,
     })

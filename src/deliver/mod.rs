@@ -12,10 +12,8 @@
 //! until it sees the target resumed.
 
 pub mod backoff;
-pub mod command;
-pub mod http;
 pub mod pace;
-pub mod postgres;
+pub mod targets;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -25,13 +23,14 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::clock;
-use crate::config::{Rate, Source, Target, TargetKind};
+use crate::config::{Rate, Source, Target};
 use crate::metrics::{AttemptLabels, Metrics, TargetLabels};
 use crate::store::Store;
 use crate::store::pause::Paused;
 use crate::store::queue::{ClaimRequest, Claimed, EventData, Finished, Next, Turn};
 use crate::store::writer::WriteError;
 use pace::Pace;
+use targets::{ADDRESS_HEADERS, Attempt, AttemptResult, Forwarder, Verdict};
 
 /// How long a target's task sleeps at most before looking for due work again, when nothing
 /// woke it (a retry coming due is found by its time; this catches the rest).
@@ -47,94 +46,11 @@ const CLAIM_BATCH_WAIT: Duration = Duration::from_millis(100);
 /// Pause after the writer refused a claim (the inbox is failing), so the loop does not spin.
 const CLAIM_BACKOFF: Duration = Duration::from_secs(1);
 
-/// What one attempt sees.
-pub struct Attempt<'a> {
-    pub source: &'a str,
-    pub target: &'a str,
-    pub event_id: &'a str,
-    pub event_type: Option<&'a str>,
-    pub received_at: &'a str,
-    pub idempotency_key: &'a str,
-    pub attempt: u32,
-    pub body: &'a [u8],
-    /// The stored provider headers, without [`ADDRESS_HEADERS`].
-    pub headers: &'a [(String, String)],
-    /// Who sent the event, as hookinbox believes it (`proxy::client`); unknown for events
-    /// stored before it was recorded.
-    pub remote_addr: Option<&'a str>,
-    /// How the event reached the inbox: `webhook`, or `api` (fetched by recovery from the
-    /// provider's API, so without the provider's signature headers).
-    pub origin: &'a str,
-}
-
-/// Request headers that name a client address, protocol or host on the way in. The client
-/// writes them, so none of them is passed on: URL targets get `X-Forwarded-For` with the
-/// address hookinbox believes (the peer, or what a trusted proxy said), commands get it in
-/// `HOOKINBOX_REMOTE_ADDR`.
-pub const ADDRESS_HEADERS: [&str; 6] = [
-    "forwarded",
-    "x-forwarded-for",
-    "x-forwarded-host",
-    "x-forwarded-port",
-    "x-forwarded-proto",
-    "x-real-ip",
-];
-
-/// What the target said.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    Delivered,
-    /// Try again, no sooner than `after` if the target said so (`Retry-After`).
-    Retry {
-        after: Option<Duration>,
-    },
-    /// The target will never take this event (HTTP 410).
-    Gone,
-}
-
-/// One attempt's result, before it is turned into the delivery's next state.
-#[derive(Debug, Clone)]
-pub struct Result_ {
-    pub verdict: Verdict,
-    pub status: Option<i64>,
-    pub error: Option<String>,
-    pub output: Option<String>,
-    /// The attempt timed out: the target may have acted on it without our hearing.
-    pub ambiguous: bool,
-}
-
-impl Result_ {
-    /// A failure before any answer: connection refused, timeout, cannot start.
-    pub fn failed(error: String) -> Result_ {
-        Result_ {
-            verdict: Verdict::Retry { after: None },
-            status: None,
-            error: Some(error),
-            output: None,
-            ambiguous: false,
-        }
-    }
-
-    /// No answer within the timeout: the target may or may not have acted.
-    pub fn timed_out(error: String) -> Result_ {
-        Result_ {
-            ambiguous: true,
-            ..Result_::failed(error)
-        }
-    }
-}
-
-enum Sender {
-    Url(Box<http::UrlTarget>),
-    Command(Vec<String>),
-    Postgres(Box<postgres::PgTarget>),
-}
-
 /// One configured target, ready to send.
 struct TargetRun {
     source: String,
     name: String,
-    timeout: Duration,
+    /// The schedule of waits between attempts (one attempt more than waits).
     retry: Vec<Duration>,
     concurrency: usize,
     /// How fast attempts may start, if limited.
@@ -142,40 +58,22 @@ struct TargetRun {
     lease: Duration,
     /// Whether the source orders its events.
     ordered: bool,
-    sender: Sender,
+    /// Its kind's running target, which makes the attempts.
+    forwarder: Box<dyn Forwarder>,
 }
 
 impl TargetRun {
     /// `source` names the target's source; `ordered`, whether that source orders its events.
     fn new(source: &str, ordered: bool, t: &Target) -> anyhow::Result<TargetRun> {
-        let sender = match &t.kind {
-            TargetKind::Url(url) => {
-                let key = t
-                    .sign_secret
-                    .as_ref()
-                    .map(|s| {
-                        crate::scheme::providers::standard_webhooks::decode_secret(s)
-                            .map_err(anyhow::Error::msg)
-                    })
-                    .transpose()?
-                    .map(|bytes| ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &bytes));
-                Sender::Url(Box::new(http::UrlTarget::new(url, t.timeout, key)?))
-            }
-            TargetKind::Command(argv) => Sender::Command(argv.clone()),
-            TargetKind::Postgres(pg) => {
-                Sender::Postgres(Box::new(postgres::PgTarget::new(pg, t.timeout)?))
-            }
-        };
         Ok(TargetRun {
             source: source.to_owned(),
             name: t.name.clone(),
-            timeout: t.timeout,
             retry: t.retry.clone(),
             concurrency: t.concurrency,
             rate: t.rate,
             lease: t.lease,
             ordered,
-            sender,
+            forwarder: t.destination.forwarder(t.timeout)?,
         })
     }
 
@@ -184,7 +82,7 @@ impl TargetRun {
     }
 }
 
-/// Everything an attempt task needs.
+/// Everything a loop, an attempt and the sweeper need.
 #[derive(Clone)]
 struct Shared {
     store: Store,
@@ -824,7 +722,7 @@ async fn attempt(
             (result, event.event_id)
         }
         Ok(None) => (
-            Result_ {
+            AttemptResult {
                 verdict: Verdict::Gone,
                 status: None,
                 error: Some("the event is no longer in the inbox".into()),
@@ -834,7 +732,7 @@ async fn attempt(
             "-".into(),
         ),
         Err(e) => (
-            Result_::failed(format!("reading the event: {e}")),
+            AttemptResult::failed(format!("reading the event: {e}")),
             "-".into(),
         ),
     };
@@ -900,9 +798,10 @@ async fn attempt(
     })
 }
 
-async fn send(t: &TargetRun, c: &Claimed, event: &EventData) -> Result_ {
+/// The event as the target sees it, sent by the target's kind.
+async fn send(t: &TargetRun, c: &Claimed, event: &EventData) -> AttemptResult {
     let Some(body) = &event.body else {
-        return Result_ {
+        return AttemptResult {
             verdict: Verdict::Gone,
             status: None,
             error: Some("the event's body was pruned by retention before it was delivered".into()),
@@ -927,16 +826,12 @@ async fn send(t: &TargetRun, c: &Claimed, event: &EventData) -> Result_ {
         remote_addr: event.remote_addr.as_deref(),
         origin: &event.origin,
     };
-    match &t.sender {
-        Sender::Url(target) => target.send(&a).await,
-        Sender::Command(argv) => command::run(argv, t.timeout, &a).await,
-        Sender::Postgres(target) => target.send(&a).await,
-    }
+    t.forwarder.send(&a).await
 }
 
 /// The delivery's next state after an attempt; `attempt` is its place in the current
 /// schedule (a replay starts a new one).
-fn decide(t: &TargetRun, attempt: u32, r: &Result_) -> Next {
+fn decide(t: &TargetRun, attempt: u32, r: &AttemptResult) -> Next {
     match r.verdict {
         Verdict::Delivered => Next::Delivered,
         Verdict::Gone => Next::Dead,
