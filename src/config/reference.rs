@@ -653,12 +653,18 @@ mod tests {
 
     /// A file with every table the reference describes, each as small as it may be.
     /// `[server.tls]` is added only where asked: its files are read while validating.
+    /// A target of each kind, named after it, as its kind's example writes it.
     fn base(with_tls: bool) -> String {
         let tls = if with_tls {
             "[server.tls]\ncert = \"cert.pem\"\nkey = \"key.pem\"\n"
         } else {
             ""
         };
+        let targets: String = targets::NAMES
+            .iter()
+            .zip(targets::EXAMPLES)
+            .map(|(name, example)| format!("[[sources.targets]]\nname = \"{name}\"\n{example}\n"))
+            .collect();
         format!(
             "[server]\n{tls}\
              [admin]\n\
@@ -666,9 +672,7 @@ mod tests {
              [[sources]]\nname = \"demo\"\nscheme = \"standard-webhooks\"\n\
              secrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]\n\
              [sources.order]\nkey = \"/k\"\nversion = \"/v\"\n\
-             [[sources.targets]]\nname = \"app\"\nurl = \"http://127.0.0.1:3000/hooks\"\n\
-             [[sources.targets]]\nname = \"db\"\n\
-             [sources.targets.postgres]\nurl = \"postgres://app@127.0.0.1/app\"\n\
+             {targets}\
              [[sources]]\nname = \"gh\"\nscheme = \"github\"\nsecrets = [\"s\"]\n\
              [sources.recover]\napi = \"github\"\nrepo = \"o/r\"\nhook_id = 1\ntoken = \"t\"\n\
              [[alerts]]\nname = \"ops\"\nurl = \"http://127.0.0.1:3001/alerts\"\n"

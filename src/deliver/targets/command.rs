@@ -48,6 +48,8 @@ impl TargetKind for Written {
         },
     ];
 
+    const EXAMPLE: &'static str = "command = [\"/bin/true\"]";
+
     fn read<'de, A: MapAccess<'de>>(&mut self, _: &str, map: &mut A) -> Result<(), A::Error> {
         self.argv = map.next_value()?;
         Ok(())

@@ -11,10 +11,11 @@
 //!   attempt and classifies what came of it as an [`AttemptResult`].
 //!
 //! To add a kind, write `targets/<name>.rs` with a `Written` that implements [`TargetKind`]
-//! (`command.rs` is the smallest), and add its module name to the list below. Its keys are
-//! then taken in a target's table and in `[[alerts]]` (and refused beside another kind's),
-//! shown in the man page, described by `check`, and delivered to. Its tests go beside it;
-//! `tests/it` drives it through `serve`.
+//! (`command.rs` is the smallest), and add its module name to the list below (the test at
+//! the bottom spells the list, as a target naming two kinds hears it). Its keys are then
+//! taken in a target's table and in `[[alerts]]` (and refused beside another kind's), shown
+//! in the man page and tested there by its `EXAMPLE`, described by `check`, and delivered
+//! to. Its tests go beside it; `tests/it` drives it through `serve`.
 //!
 //! Where this sits: below config, beside deliver's loop. The configuration reads and checks
 //! a target's keys with it and holds the [`Destination`]; deliver's loop, above config,
@@ -46,6 +47,9 @@ macro_rules! kinds {
 
         /// Each kind's tables of its own, for the man page.
         pub const SECTIONS: &[&[Section]] = &[$(<$kind::Written as TargetKind>::SECTIONS),*];
+
+        /// Each kind's smallest target, for the reference's tests.
+        pub const EXAMPLES: &[&str] = &[$(<$kind::Written as TargetKind>::EXAMPLE),*];
 
         /// What one target's table holds of the kinds' keys, each read by its kind. serde
         /// needs a key's type at compile time, which is why this is generated from the list.
@@ -144,6 +148,9 @@ pub trait TargetKind: Default + Send + 'static {
     const NAME: &'static str = Self::KEYS[0].name;
     /// Tables of its own in the man page (`[sources.targets.postgres]`).
     const SECTIONS: &'static [Section] = &[];
+    /// The smallest target of the kind, as a file writes it after `name`: the reference's
+    /// tests write one of each kind, every one of its tables among them.
+    const EXAMPLE: &'static str;
 
     /// Reads the value of `key`, one of [`Self::KEYS`], as its type says (serde, so that a
     /// mistake is shown at its line).
@@ -293,6 +300,19 @@ mod tests {
         unique.sort();
         unique.dedup();
         assert_eq!(unique.len(), all.len(), "{all:?}");
-        assert_eq!(one_of(), "url, command or postgres");
+    }
+
+    /// A target of two kinds is refused, with every kind named in the list's order: a kind
+    /// added to the list changes this message.
+    #[test]
+    fn a_target_takes_exactly_one_kind_and_hears_them_all() {
+        let two =
+            crate::config::tests::MINIMAL.replace("url = ", "command = [\"/bin/true\"]\nurl = ");
+        let path = Path::new("/etc/hookinbox/test.toml");
+        let e = format!(
+            "{:#}",
+            crate::config::from_str(&two, path, None).unwrap_err()
+        );
+        assert!(e.contains("exactly one of url, command or postgres"), "{e}");
     }
 }

@@ -104,6 +104,8 @@ impl TargetKind for Written {
         },
     ];
 
+    const EXAMPLE: &'static str = "[sources.targets.postgres]\nurl = \"postgres://app@127.0.0.1/app\"";
+
     fn read<'de, A: MapAccess<'de>>(&mut self, _: &str, map: &mut A) -> Result<(), A::Error> {
         self.table = Some(map.next_value()?);
         Ok(())

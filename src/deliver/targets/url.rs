@@ -68,6 +68,8 @@ impl TargetKind for Written {
         },
     ];
 
+    const EXAMPLE: &'static str = "url = \"http://127.0.0.1:3000/hooks\"";
+
     fn read<'de, A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
         match key {
             "url" => self.url = Some(map.next_value()?),
