@@ -36,6 +36,7 @@ pub mod event;
 pub mod failpoint;
 pub mod metrics;
 pub mod oracle;
+pub mod pgconn;
 pub mod proxy;
 pub mod receive;
 pub mod recover;

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::config::{Config, TargetKind};
+use crate::config::Config;
 use crate::receive::HOOKS_PREFIX;
 use crate::store;
 
@@ -66,18 +66,13 @@ struct TargetReport {
     rate: Option<String>,
     /// How many attempts the rate lets start at once.
     burst: Option<u32>,
-    /// `"url": …` or `"command": […]`, as the file writes it.
+    /// `"url": …`, `"command": […]` or `"postgres": "URL table NAME"`, as its kind
+    /// describes it.
     #[serde(flatten)]
-    to: To,
-}
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "lowercase")]
-enum To {
-    Url(String),
-    Command(Vec<String>),
-    /// The database URL (no password) and the table.
-    Postgres(String),
+    to: serde_json::Map<String, serde_json::Value>,
+    /// The same in words, for the text output: `url https://…`.
+    #[serde(skip)]
+    to_text: String,
 }
 
 /// "github repository octo/app hook 123 at https://api.github.com/, every 1h"
@@ -151,24 +146,18 @@ fn report(config: &Config) -> Report {
 }
 
 fn target_report(t: &crate::config::Target) -> TargetReport {
+    let to = t.destination.describe();
     TargetReport {
         name: t.name.clone(),
         rate: t.rate.as_ref().map(|r| r.to_string()),
         burst: t.rate.as_ref().map(|r| r.burst()),
-        to: match &t.kind {
-            TargetKind::Url(url) => To::Url(url.clone()),
-            TargetKind::Command(argv) => To::Command(argv.clone()),
-            TargetKind::Postgres(pg) => To::Postgres(format!("{} table {}", pg.url, pg.table)),
-        },
+        to_text: format!("{} {}", to.key, to.text),
+        to: [(to.key.to_owned(), to.json)].into_iter().collect(),
     }
 }
 
 fn target_line(t: &TargetReport) -> String {
-    let what = match &t.to {
-        To::Url(url) => format!("url {url}"),
-        To::Command(argv) => format!("command {argv:?}"),
-        To::Postgres(to) => format!("postgres {to}"),
-    };
+    let what = t.to_text.clone();
     match (&t.rate, t.burst) {
         (Some(rate), Some(burst)) => format!("{what}  rate={rate} (at most {burst} at once)"),
         _ => what,

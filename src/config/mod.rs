@@ -6,11 +6,13 @@
 //! the key, and never a secret's value.
 //!
 //! - this module: the validated types, their limits and defaults, loading;
-//! - `raw`: the serde mirror of the file, durations and sizes;
-//! - `validate`: raw → [`Config`], secrets loaded, schemes prepared;
+//! - `raw`: the serde mirror of the file, durations and sizes (a target's kind reads its
+//!   own keys: `deliver::targets`);
+//! - `validate`: raw → [`Config`], secrets loaded, schemes prepared, targets' kinds checked;
 //! - `warnings`: what works but an operator should hear about;
 //! - `reference`: every table and key with its default and meaning, for the man page.
 
+pub mod keys;
 mod raw;
 pub mod reference;
 mod tls;
@@ -24,9 +26,11 @@ use std::time::Duration;
 use hyper::http::StatusCode;
 use serde::Deserialize;
 
+use crate::deliver::targets::Destination;
 use crate::scheme::Scheme;
 use crate::secret::{Origin, Secret};
 
+pub use crate::pgconn::PgTls;
 use raw::RawConfig;
 pub use raw::{parse_duration, parse_size};
 pub use validate::pg_store_from;
@@ -168,7 +172,7 @@ pub struct PgStore {
     pub pool: usize,
 }
 
-/// Compared without the password, as [`PostgresTarget`].
+/// Compared without the password, which is never compared byte by byte (see [`Secret`]).
 impl PartialEq for PgStore {
     fn eq(&self, other: &PgStore) -> bool {
         self.url == other.url && self.tls == other.tls && self.pool == other.pool
@@ -276,7 +280,9 @@ pub enum GitHubAuth {
 #[derive(Debug)]
 pub struct Target {
     pub name: String,
-    pub kind: TargetKind,
+    /// Where it forwards to, as its kind checked it: a URL, a program, a table
+    /// ([`crate::deliver::targets`]).
+    pub destination: Box<dyn Destination>,
     /// The whole attempt: connect, send, answer (or the command's run time).
     pub timeout: Duration,
     /// Waits between attempts; one attempt more than entries, then `dead`.
@@ -288,8 +294,6 @@ pub struct Target {
     /// How long a claimed delivery stays claimed; after that the sweeper returns it to the
     /// queue (a crash mid-attempt). Always longer than `timeout`.
     pub lease: Duration,
-    /// When set, forwarded requests carry a Standard Webhooks signature made with it.
-    pub sign_secret: Option<Secret>,
     /// The target is *failing* (an alert) when this share of its recent attempts failed…
     pub alert_failure_share: f64,
     /// …or its oldest pending delivery is older than this.
@@ -401,47 +405,6 @@ pub struct Order {
     /// JSON pointer to the version, a number or a string that sorts, e.g. `/created`.
     pub version: String,
 }
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TargetKind {
-    Url(String),
-    /// argv; run without a shell.
-    Command(Vec<String>),
-    /// A table in the app's own PostgreSQL database.
-    Postgres(PostgresTarget),
-}
-
-/// A `postgres = { … }` target: rows in the app's own table, one per event.
-#[derive(Debug, Clone)]
-pub struct PostgresTarget {
-    /// A libpq-style URL without a password (`postgres://app@db.internal/app`).
-    pub url: String,
-    /// `name` or `schema.name`.
-    pub table: String,
-    pub password: Option<Secret>,
-    pub tls: PgTls,
-}
-
-/// Compared without the password, which is never compared byte by byte (see [`Secret`]).
-impl PartialEq for PostgresTarget {
-    fn eq(&self, other: &PostgresTarget) -> bool {
-        self.url == other.url && self.table == other.table && self.tls == other.tls
-    }
-}
-impl Eq for PostgresTarget {}
-
-/// TLS to a PostgreSQL server.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PgTls {
-    /// Plain TCP (or a Unix socket): for this machine.
-    Off,
-    /// rustls, the certificate verified against the system's roots or `ca`, and the host
-    /// name checked (libpq's `sslmode=verify-full`).
-    VerifyFull { ca: Option<PathBuf> },
-}
-
-/// The table a `postgres` target inserts into when it names none.
-pub const DEFAULT_PG_TABLE: &str = "webhook_inbox";
 
 /// Where a config that could not be read was looked for, when it is the default: the
 /// system's file comes first, and an error naming only the second would hide that.
@@ -706,10 +669,11 @@ impl RestartOnly {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    const MINIMAL: &str = r#"
+    /// The smallest configuration: one source, one url target.
+    pub(crate) const MINIMAL: &str = r#"
 [store]
 path = "inbox.db"
 
@@ -981,19 +945,16 @@ url = "http://127.0.0.1:3000/hooks"
 
     #[test]
     fn target_needs_exactly_one_kind() {
-        let e = err(&MINIMAL.replace("url = ", "command = [\"/bin/true\"]\nurl = "));
-        assert!(e.contains("exactly one of url, command or postgres"), "{e}");
+        // Two kinds in one target: `deliver::targets`'s tests, beside the list of kinds that
+        // the message spells.
         let pg = |table: &str| {
             MINIMAL.replace(
                 "url = \"http://127.0.0.1:3000/hooks\"",
                 &format!("postgres = {{ url = \"postgres://app@127.0.0.1/app\"{table} }}"),
             )
         };
-        let t = load(&pg("")).unwrap();
-        let TargetKind::Postgres(p) = &t.sources[0].targets[0].kind else {
-            panic!("a postgres target")
-        };
-        assert_eq!((p.table.as_str(), &p.tls), ("webhook_inbox", &PgTls::Off));
+        // The table and the TLS it gets: `deliver::targets::postgres`'s tests.
+        load(&pg("")).unwrap();
         assert!(err(&pg(", table = \"x; drop\"")).contains("must be a table name"));
         let remote = MINIMAL.replace(
             "url = \"http://127.0.0.1:3000/hooks\"",
@@ -1012,11 +973,7 @@ url = "http://127.0.0.1:3000/hooks"
             "{}",
             err(&clear)
         );
-        let verified = load(&clear.replace(", tls = \"off\"", "")).unwrap();
-        let TargetKind::Postgres(p) = &verified.sources[0].targets[0].kind else {
-            panic!("a postgres target")
-        };
-        assert_eq!(p.tls, PgTls::VerifyFull { ca: None });
+        load(&clear.replace(", tls = \"off\"", "")).unwrap();
         // Where the connection really goes decides, and tls, not sslmode, decides TLS.
         for (url, why) in [
             (

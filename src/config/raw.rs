@@ -1,13 +1,18 @@
 //! The configuration file exactly as written: serde types that mirror the TOML (an unknown
 //! key is an error), their defaults, and the parsers for human durations and sizes.
 
+use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::OnceLock;
 use std::time::Duration;
 
+use serde::de::value::{BorrowedStrDeserializer, MapAccessDeserializer};
+use serde::de::{DeserializeSeed, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
 use super::*;
+use crate::deliver::targets::{self, WrittenKinds};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -196,52 +201,181 @@ pub(super) enum RawId {
     Parts(Vec<String>),
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+/// One target's table (`[[sources.targets]]`, `[[alerts]]`): the keys every target takes,
+/// and in `kinds` those of its kind (`url`, `sign_secret`, `command`, `postgres`), each read
+/// by its kind ([`crate::deliver::targets`]) as its type says.
+///
+/// Deserialized by hand only to hand each key to its reader: serde's messages stay what
+/// the derived code says, at the line of the mistake (a key nobody takes is refused with
+/// every key a target takes, in [`target_keys`]'s order).
 pub(super) struct RawTarget {
     pub(super) name: String,
-    #[serde(default)]
-    pub(super) url: Option<String>,
-    #[serde(default)]
-    pub(super) command: Option<Vec<String>>,
-    #[serde(default)]
-    pub(super) postgres: Option<RawPostgres>,
-    #[serde(default = "default_target_timeout", deserialize_with = "de_duration")]
     pub(super) timeout: Duration,
-    #[serde(default, deserialize_with = "de_opt_durations")]
     pub(super) retry: Option<Vec<Duration>>,
-    #[serde(default = "default_target_concurrency")]
     pub(super) concurrency: usize,
     /// `"50/s"`, `"600/m"`, `"100/h"`; parsed by `parse_rate` during validation, so that
     /// the error names the key.
-    #[serde(default)]
     pub(super) rate: Option<String>,
-    #[serde(default)]
-    pub(super) sign_secret: Option<String>,
-    #[serde(default, deserialize_with = "de_opt_duration")]
     pub(super) lease: Option<Duration>,
-    #[serde(default = "default_alert_failure_share")]
     pub(super) alert_failure_share: f64,
+    pub(super) alert_pending_age: Duration,
+    pub(super) kinds: WrittenKinds,
+}
+
+/// The keys every target takes, whatever its kind, in the order of [`TargetCommon`]'s
+/// fields (a test holds them together).
+const COMMON_TARGET_KEYS: &[&str] = &[
+    "name",
+    "timeout",
+    "retry",
+    "concurrency",
+    "rate",
+    "lease",
+    "alert_failure_share",
+    "alert_pending_age",
+];
+
+/// Every key a target's table takes, as the unknown-key error lists them: `name`, each
+/// kind's keys, then the rest.
+fn target_keys() -> &'static [&'static str] {
+    static KEYS: OnceLock<Vec<&'static str>> = OnceLock::new();
+    KEYS.get_or_init(|| {
+        let (name, rest) = COMMON_TARGET_KEYS.split_first().expect("name is a key");
+        let kinds = targets::KEYS
+            .iter()
+            .flat_map(|keys| keys.iter().map(|k| k.name));
+        std::iter::once(*name)
+            .chain(kinds)
+            .chain(rest.iter().copied())
+            .collect()
+    })
+}
+
+/// The keys every target takes, as serde derives them.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TargetCommon {
+    name: String,
+    #[serde(default = "default_target_timeout", deserialize_with = "de_duration")]
+    timeout: Duration,
+    #[serde(default, deserialize_with = "de_opt_durations")]
+    retry: Option<Vec<Duration>>,
+    #[serde(default = "default_target_concurrency")]
+    concurrency: usize,
+    #[serde(default)]
+    rate: Option<String>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    lease: Option<Duration>,
+    #[serde(default = "default_alert_failure_share")]
+    alert_failure_share: f64,
     #[serde(
         default = "default_alert_pending_age",
         deserialize_with = "de_duration"
     )]
-    pub(super) alert_pending_age: Duration,
+    alert_pending_age: Duration,
 }
 
-/// A target's `postgres` table: the app's database and the table events go into.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawPostgres {
-    pub(super) url: String,
-    #[serde(default)]
-    pub(super) table: Option<String>,
-    #[serde(default)]
-    pub(super) password: Option<String>,
-    #[serde(default)]
-    pub(super) tls: Option<String>,
-    #[serde(default)]
-    pub(super) ca: Option<PathBuf>,
+impl<'de> Deserialize<'de> for RawTarget {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RawTarget, D::Error> {
+        d.deserialize_struct("RawTarget", target_keys(), TargetVisitor)
+    }
+}
+
+struct TargetVisitor;
+
+impl<'de> Visitor<'de> for TargetVisitor {
+    type Value = RawTarget;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("struct RawTarget")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawTarget, A::Error> {
+        let mut kinds = WrittenKinds::default();
+        let aside = KindsAside {
+            map,
+            kinds: &mut kinds,
+        };
+        let common = TargetCommon::deserialize(MapAccessDeserializer::new(aside))?;
+        Ok(RawTarget {
+            name: common.name,
+            timeout: common.timeout,
+            retry: common.retry,
+            concurrency: common.concurrency,
+            rate: common.rate,
+            lease: common.lease,
+            alert_failure_share: common.alert_failure_share,
+            alert_pending_age: common.alert_pending_age,
+            kinds,
+        })
+    }
+}
+
+/// A target's table as [`TargetCommon`] reads it: the kinds' keys are read on the way by
+/// their kinds, and a key nobody takes is refused.
+struct KindsAside<'k, A> {
+    map: A,
+    kinds: &'k mut WrittenKinds,
+}
+
+impl<'de, A: MapAccess<'de>> MapAccess<'de> for KindsAside<'_, A> {
+    type Error = A::Error;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, A::Error> {
+        while let Some(key) = self.map.next_key_seed(TargetKey)? {
+            match key {
+                Taker::Kind(key) => self.kinds.read(key, &mut self.map)?,
+                Taker::Common(key) => {
+                    return seed
+                        .deserialize(BorrowedStrDeserializer::new(key))
+                        .map(Some);
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, A::Error> {
+        self.map.next_value_seed(seed)
+    }
+}
+
+/// Reads a key of a target's table and says who takes it. A key nobody takes is refused
+/// here, while it is read, so that the error points at it.
+struct TargetKey;
+
+enum Taker {
+    Kind(&'static str),
+    Common(&'static str),
+}
+
+impl<'de> DeserializeSeed<'de> for TargetKey {
+    type Value = Taker;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Taker, D::Error> {
+        d.deserialize_identifier(self)
+    }
+}
+
+impl<'de> Visitor<'de> for TargetKey {
+    type Value = Taker;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("field identifier")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<Taker, E> {
+        if let Some(key) = targets::key_of(key) {
+            return Ok(Taker::Kind(key));
+        }
+        match COMMON_TARGET_KEYS.iter().find(|k| **k == key) {
+            Some(key) => Ok(Taker::Common(key)),
+            None => Err(E::unknown_field(key, target_keys())),
+        }
+    }
 }
 
 pub(super) fn default_alert_failure_share() -> f64 {
@@ -348,4 +482,27 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         _ => return Err(bad()),
     };
     n.checked_mul(mult).ok_or_else(bad)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// [`COMMON_TARGET_KEYS`] are [`TargetCommon`]'s fields, in their order, as serde names
+    /// them when it meets a key that is not one of them.
+    #[test]
+    fn the_common_target_keys_are_the_derived_fields() {
+        let error = toml::from_str::<TargetCommon>("name = \"x\"\nnot_a_key = 1")
+            .err()
+            .unwrap()
+            .to_string();
+        let expected = error
+            .split_once("expected one of ")
+            .unwrap()
+            .1
+            .lines()
+            .next();
+        let listed: Vec<&str> = expected.unwrap().split('`').skip(1).step_by(2).collect();
+        assert_eq!(listed, COMMON_TARGET_KEYS);
+    }
 }

@@ -6,49 +6,14 @@
 //! accepts — read from the parser's own "unknown field, expected …" error, not from a copy —
 //! and every default it states is one the file may write without changing anything.
 //!
-//! To document a new key, add one [`Key`] to its section's `keys`. A scheme's own settings
-//! (`public_url`, `hmac = {…}`, `topics`, …) are not listed here: docs/providers.md has a
-//! configuration to copy for every scheme, and the test suite drives each one.
+//! To document a new key, add one [`Key`] to its section's `keys`. A kind of target lists
+//! its own keys and tables in its file (`deliver::targets`); they are gathered here. A
+//! scheme's own settings (`public_url`, `hmac = {…}`, `topics`, …) are not listed here:
+//! docs/providers.md has a configuration to copy for every scheme, and the test suite
+//! drives each one.
 
-/// One table of the file.
-#[derive(Debug)]
-pub struct Section {
-    /// As written in the file: `[server]`, `[[sources]]`, `[sources.order]`.
-    pub header: &'static str,
-    /// What the table is for, and anything true of all its keys.
-    pub about: &'static str,
-    pub keys: &'static [Key],
-}
-
-/// One key of a table.
-#[derive(Debug)]
-pub struct Key {
-    pub name: &'static str,
-    /// What is written: a word from [`FORMS`] or a short phrase.
-    pub form: &'static str,
-    pub if_absent: IfAbsent,
-    pub meaning: &'static str,
-}
-
-/// What a key that is not written means.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IfAbsent {
-    /// The file must set it.
-    Required,
-    /// Nothing is set: the feature is off, or the meaning says what happens instead.
-    Off,
-    /// This value, as the file would write it (TOML): writing it changes nothing (tested).
-    Default(&'static str),
-    /// Worked out from other settings, in words.
-    Derived(&'static str),
-}
-
-impl Section {
-    /// The table's path in the file: `sources.targets` for `[[sources.targets]]`.
-    pub fn path(&self) -> &'static str {
-        self.header.trim_matches(|c| c == '[' || c == ']')
-    }
-}
+use super::keys::{IfAbsent, Key, Section};
+use crate::deliver::targets;
 
 /// What the man page says before the tables.
 pub const INTRO: &str = "One TOML file: --config FILE, or $HOOKINBOX_CONFIG; else \
@@ -89,8 +54,16 @@ pub const FORMS: &[(&str, &str)] = &[
     ),
 ];
 
-/// Every table, in the order the man page shows them.
-pub const SECTIONS: &[Section] = &[
+/// Every table, in the order the man page shows them: the targets' kinds add theirs after
+/// `[[sources.targets]]`.
+pub const SECTIONS: &[Section] = &gather::<_, { total(&SECTION_PARTS) }>(TARGETS, &SECTION_PARTS);
+
+const SECTION_PARTS: [&[Section]; 4] = [FILE, &[TARGETS], &KIND_SECTIONS, &[ALERTS]];
+
+const KIND_SECTIONS: [Section; total(targets::SECTIONS)] = gather(TARGETS, targets::SECTIONS);
+
+/// The tables before the targets'.
+const FILE: &[Section] = &[
     Section {
         header: "[server]",
         about: "The public webhook listener and its limits. A reload (SIGHUP) applies \
@@ -507,102 +480,45 @@ pub const SECTIONS: &[Section] = &[
             },
         ],
     },
-    Section {
-        header: "[[sources.targets]]",
-        about: "One per place a source's events are forwarded to, each with its own queue, \
-                retries and idempotency key (Idempotency-Key, the same on every attempt and \
-                replay). A 2xx answer or exit status 0 means delivered; 410 gives up at \
-                once; 429 and 503 wait for Retry-After.",
-        keys: TARGET_KEYS,
-    },
-    Section {
-        header: "[sources.targets.postgres]",
-        about: "A target's table in the app's own database, also written inline: postgres = { \
-                url = \"postgres://app@127.0.0.1/app\", table = \"webhook_inbox\" }. Each event \
-                is inserted once (INSERT … ON CONFLICT (idempotency_key) DO NOTHING), and the \
-                app claims rows in its own transactions; docs/consuming.md has the table's \
-                DDL and a consuming transaction.",
-        keys: &[
-            Key {
-                name: "url",
-                form: "postgres:// URL",
-                if_absent: IfAbsent::Required,
-                meaning: "The database: postgres://USER@HOST[:PORT]/DATABASE, without a \
-                          password (host=/run/postgresql for the local socket).",
-            },
-            Key {
-                name: "table",
-                form: "name or schema.name",
-                if_absent: IfAbsent::Default("\"webhook_inbox\""),
-                meaning: "The table the rows go into.",
-            },
-            Key {
-                name: "password",
-                form: "secret spec",
-                if_absent: IfAbsent::Off,
-                meaning: "The user's password (file:, env:, credential:).",
-            },
-            Key {
-                name: "tls",
-                form: "verify-full or off",
-                if_absent: IfAbsent::Derived("off to this machine, else verify-full"),
-                meaning: "verify-full: rustls, the certificate checked against the system's \
-                          roots (or ca) and the host name. off: only to this machine.",
-            },
-            Key {
-                name: "ca",
-                form: "path",
-                if_absent: IfAbsent::Derived("the system's roots"),
-                meaning: "PEM certificates the server's must chain to (with verify-full).",
-            },
-        ],
-    },
-    Section {
-        header: "[[alerts]]",
-        about: "Where alerts (a silent source, a failing target, rejections rising, new \
-                conflicts, new dead deliveries) are sent when they start and end: a JSON \
-                POST, or a command's stdin. Each is a target of the internal source \
-                hookinbox.alerts, delivered from the inbox like a webhook and retried across \
-                restarts: it takes the keys of [[sources.targets]] (the alert_ keys mean \
-                nothing for it).",
-        keys: TARGET_KEYS,
-    },
 ];
 
+const TARGETS: Section = Section {
+    header: "[[sources.targets]]",
+    about: "One per place a source's events are forwarded to, each with its own queue, \
+            retries and idempotency key (Idempotency-Key, the same on every attempt and \
+            replay). A 2xx answer or exit status 0 means delivered; 410 gives up at \
+            once; 429 and 503 wait for Retry-After.",
+    keys: TARGET_KEYS,
+};
+
+const ALERTS: Section = Section {
+    header: "[[alerts]]",
+    about: "Where alerts (a silent source, a failing target, rejections rising, new \
+            conflicts, new dead deliveries) are sent when they start and end: a JSON \
+            POST, or a command's stdin. Each is a target of the internal source \
+            hookinbox.alerts, delivered from the inbox like a webhook and retried across \
+            restarts: it takes the keys of [[sources.targets]] (the alert_ keys mean \
+            nothing for it).",
+    keys: TARGET_KEYS,
+};
+
 /// The keys of a target: `[[sources.targets]]`, and `[[alerts]]`, whose entries are targets
-/// too.
-const TARGET_KEYS: &[Key] = &[
-    Key {
-        name: "name",
-        form: "text",
-        if_absent: IfAbsent::Required,
-        meaning: "1 to 64 of a-z, 0-9, - and _; unique within the source, and part \
-                      of the idempotency key.",
-    },
-    Key {
-        name: "url",
-        form: "http:// or https:// URL",
-        if_absent: IfAbsent::Off,
-        meaning: "POST the event here, with the provider's headers. Exactly one of \
-                      url and command.",
-    },
-    Key {
-        name: "postgres",
-        form: "table",
-        if_absent: IfAbsent::Off,
-        meaning: "Insert each event as a row of a table in the app's own PostgreSQL \
-                      database, keyed by its idempotency key (see [sources.targets.postgres] \
-                      and docs/consuming.md). One of url, command and postgres.",
-    },
-    Key {
-        name: "command",
-        form: "list of text (argv)",
-        if_absent: IfAbsent::Off,
-        meaning: "Run this program, without a shell, with the body on stdin and \
-                      the event's metadata in HOOKINBOX_* variables. A relative path is \
-                      relative to the configuration file; a bare name is looked up on \
-                      PATH.",
-    },
+/// too. Its name, then each kind's keys, then the keys every target takes.
+const TARGET_KEYS: &[Key] = &gather::<_, { total(&TARGET_PARTS) }>(NAME, &TARGET_PARTS);
+
+const TARGET_PARTS: [&[Key]; 3] = [&[NAME], &KIND_KEYS, TARGET_COMMON_KEYS];
+
+const KIND_KEYS: [Key; total(targets::KEYS)] = gather(NAME, targets::KEYS);
+
+const NAME: Key = Key {
+    name: "name",
+    form: "text",
+    if_absent: IfAbsent::Required,
+    meaning: "1 to 64 of a-z, 0-9, - and _; unique within the source, and part \
+                  of the idempotency key.",
+};
+
+const TARGET_COMMON_KEYS: &[Key] = &[
     Key {
         name: "timeout",
         form: "duration",
@@ -627,14 +543,6 @@ const TARGET_KEYS: &[Key] = &[
                       the next delivery (about a commit), so a slot takes at most about a \
                       thousand deliveries a second, however fast the target answers: raise \
                       it for a fast app that must keep up with more.",
-    },
-    Key {
-        name: "sign_secret",
-        form: "secret",
-        if_absent: IfAbsent::Off,
-        meaning: "A Standard Webhooks secret (whsec_…): forwarded requests carry \
-                      hookinbox's own webhook-signature made with it, in place of the \
-                      provider's. URL targets only.",
     },
     Key {
         name: "lease",
@@ -668,6 +576,35 @@ const TARGET_KEYS: &[Key] = &[
     },
 ];
 
+/// The number of items in `parts`.
+const fn total<T>(parts: &[&[T]]) -> usize {
+    let (mut n, mut i) = (0, 0);
+    while i < parts.len() {
+        n += parts[i].len();
+        i += 1;
+    }
+    n
+}
+
+/// `parts` one after the other, gathered at compile time so that the tables stay constants
+/// whatever kinds of target there are. `N` is their [`total`]; `filler` is overwritten (a
+/// const fn makes no value from nothing).
+const fn gather<T: Copy, const N: usize>(filler: T, parts: &[&[T]]) -> [T; N] {
+    let mut out = [filler; N];
+    let (mut n, mut i) = (0, 0);
+    while i < parts.len() {
+        let mut j = 0;
+        while j < parts[i].len() {
+            out[n] = parts[i][j];
+            n += 1;
+            j += 1;
+        }
+        i += 1;
+    }
+    assert!(n == N, "N is the parts' total");
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
@@ -677,12 +614,18 @@ mod tests {
 
     /// A file with every table the reference describes, each as small as it may be.
     /// `[server.tls]` is added only where asked: its files are read while validating.
+    /// A target of each kind, named after it, as its kind's example writes it.
     fn base(with_tls: bool) -> String {
         let tls = if with_tls {
             "[server.tls]\ncert = \"cert.pem\"\nkey = \"key.pem\"\n"
         } else {
             ""
         };
+        let targets: String = targets::NAMES
+            .iter()
+            .zip(targets::EXAMPLES)
+            .map(|(name, example)| format!("[[sources.targets]]\nname = \"{name}\"\n{example}\n"))
+            .collect();
         format!(
             "[server]\n{tls}\
              [admin]\n\
@@ -690,9 +633,7 @@ mod tests {
              [[sources]]\nname = \"demo\"\nscheme = \"standard-webhooks\"\n\
              secrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]\n\
              [sources.order]\nkey = \"/k\"\nversion = \"/v\"\n\
-             [[sources.targets]]\nname = \"app\"\nurl = \"http://127.0.0.1:3000/hooks\"\n\
-             [[sources.targets]]\nname = \"db\"\n\
-             [sources.targets.postgres]\nurl = \"postgres://app@127.0.0.1/app\"\n\
+             {targets}\
              [[sources]]\nname = \"gh\"\nscheme = \"github\"\nsecrets = [\"s\"]\n\
              [sources.recover]\napi = \"github\"\nrepo = \"o/r\"\nhook_id = 1\ntoken = \"t\"\n\
              [[alerts]]\nname = \"ops\"\nurl = \"http://127.0.0.1:3001/alerts\"\n"

@@ -6,8 +6,9 @@ use std::path::Path;
 
 use hyper::http::{HeaderName, StatusCode};
 
-use super::raw::{RawConfig, RawId, RawPostgres, RawRecover, RawSource, RawTarget};
+use super::raw::{RawConfig, RawId, RawRecover, RawSource, RawTarget};
 use super::*;
+use crate::deliver::targets::Context;
 use crate::scheme::providers::RecoveryApi;
 use crate::scheme::setup::Loaded;
 use crate::scheme::{self, IdRule, Scheme, Setup};
@@ -40,6 +41,11 @@ impl Paths<'_> {
             }
             _ => Err(error),
         }
+    }
+
+    /// A secret a setting names (a target's, the inbox's password): it verifies no source.
+    fn setting_secret(&self, reference: &str) -> Result<Secret, String> {
+        self.secret(reference, None).map(|(secret, _)| secret)
     }
 }
 
@@ -282,55 +288,6 @@ fn validate_source(rs: RawSource, at: &str, paths: &Paths) -> Result<Source, Str
     })
 }
 
-/// Whether a host name (or an address, IPv6 in brackets or not) is this machine: where a
-/// credential may travel without TLS.
-fn is_this_machine(host: &str) -> bool {
-    host == "localhost"
-        || host
-            .trim_matches(['[', ']'])
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
-}
-
-/// A `postgres` target's table: checked here, so that an attempt never meets a name it
-/// cannot quote, and TLS decided by the host (off only to this machine).
-fn validate_postgres(pg: RawPostgres, at: &str, paths: &Paths) -> Result<PostgresTarget, String> {
-    let at = format!("{at}.postgres");
-    let (url, password, tls) = validate_pg_connection(
-        PgConnection {
-            url: pg.url,
-            password: pg.password,
-            tls: pg.tls,
-            ca: pg.ca,
-        },
-        &at,
-        paths,
-    )?;
-    let table = pg.table.unwrap_or_else(|| DEFAULT_PG_TABLE.to_owned());
-    // Lowercase only: the name is quoted, and PostgreSQL folds an unquoted CREATE TABLE
-    // Inbox to inbox, which a quoted "Inbox" would never find.
-    let part_ok = |p: &str| {
-        !p.is_empty()
-            && p.len() <= 63
-            && p.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-            && !p.as_bytes()[0].is_ascii_digit()
-    };
-    let parts: Vec<&str> = table.split('.').collect();
-    if parts.len() > 2 || !parts.iter().all(|p| part_ok(p)) {
-        return Err(format!(
-            "{at}.table {table:?} must be a table name or schema.name of lowercase letters, \
-             digits and _"
-        ));
-    }
-    Ok(PostgresTarget {
-        url,
-        table,
-        password,
-        tls,
-    })
-}
-
 /// `[store] backend` for the operator commands, which connect to a PostgreSQL inbox as serve
 /// does (its password loaded, a `credential:` one from `$CREDENTIALS_DIRECTORY`).
 pub(super) fn offline_backend(
@@ -400,15 +357,16 @@ fn validate_backend(store: &super::raw::RawStore, paths: &Paths) -> Result<Backe
             if pool == 0 || pool > MAX_PG_POOL {
                 return Err(format!("store.pool must be between 1 and {MAX_PG_POOL}"));
             }
-            let (url, password, tls) = validate_pg_connection(
-                PgConnection {
+            let (url, password, tls) = crate::pgconn::check_keys(
+                crate::pgconn::ConnectionKeys {
                     url,
                     password: store.password.clone(),
                     tls: store.tls.clone(),
                     ca: store.ca.clone(),
                 },
                 "store",
-                paths,
+                paths.base,
+                &|reference| paths.setting_secret(reference),
             )?;
             Ok(Backend::Postgres(PgStore {
                 url,
@@ -438,15 +396,16 @@ pub fn pg_store_from(
         credentials: credentials.as_deref(),
         purpose: Purpose::Serve,
     };
-    let (url, password, tls) = validate_pg_connection(
-        PgConnection {
+    let (url, password, tls) = crate::pgconn::check_keys(
+        crate::pgconn::ConnectionKeys {
             url: url.to_owned(),
             password: password.map(str::to_owned),
             tls: tls.map(str::to_owned),
             ca: ca.map(Path::to_path_buf),
         },
         "store",
-        &paths,
+        paths.base,
+        &|reference| paths.setting_secret(reference),
     )
     // The same checks, in the command line's words.
     .map_err(|e| {
@@ -463,114 +422,6 @@ pub fn pg_store_from(
         tls,
         pool: DEFAULT_PG_POOL,
     })
-}
-
-/// The keys that say how to reach a PostgreSQL server, as written (`[store]` and a
-/// `postgres` target share them).
-struct PgConnection {
-    url: String,
-    password: Option<String>,
-    tls: Option<String>,
-    ca: Option<PathBuf>,
-}
-
-/// Checks a server's URL and decides TLS by its hosts: off only to this machine, verified
-/// otherwise. `at` names the table the keys are in.
-fn validate_pg_connection(
-    pg: PgConnection,
-    at: &str,
-    paths: &Paths,
-) -> Result<(String, Option<Secret>, PgTls), String> {
-    let config: tokio_postgres::Config = pg.url.parse().map_err(|e| {
-        format!(
-            "{at}.url {:?} is not a PostgreSQL URL ({e}); write postgres://USER@HOST/DATABASE",
-            pg.url
-        )
-    })?;
-    if config.get_password().is_some() {
-        return Err(format!(
-            "{at}.url holds a password; put it in password = \"file:/etc/hookinbox/secrets/…\" \
-             (any secret spec) so that it is never printed"
-        ));
-    }
-    if config.get_user().is_none() {
-        return Err(format!(
-            "{at}.url names no user: postgres://USER@HOST/DATABASE"
-        ));
-    }
-    if config.get_ssl_mode() != tokio_postgres::config::SslMode::Prefer {
-        return Err(format!(
-            "{at}.url sets sslmode; set {at}.tls instead (\"verify-full\" or \"off\")"
-        ));
-    }
-    if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
-        return Err(format!(
-            "{at}.url names no host: postgres://USER@HOST/DATABASE (host=/run/postgresql \
-             for the local socket)"
-        ));
-    }
-    use tokio_postgres::config::Host;
-    let unix = config
-        .get_hosts()
-        .iter()
-        .any(|h| matches!(h, Host::Unix(_)));
-    // Every address the connection may go to: a hostaddr, if given, is where it goes.
-    let local = config.get_hosts().iter().all(|h| match h {
-        Host::Unix(_) => true,
-        Host::Tcp(name) => is_this_machine(name),
-    }) && config.get_hostaddrs().iter().all(|ip| ip.is_loopback());
-    let tls = match pg.tls.as_deref() {
-        Some("off") => {
-            if !local {
-                return Err(format!(
-                    "{at}.tls = \"off\" is only for a server on this machine; the events and \
-                     the password would cross the network in clear"
-                ));
-            }
-            PgTls::Off
-        }
-        Some("verify-full") => PgTls::VerifyFull {
-            ca: pg.ca.as_ref().map(|c| paths.base.join(c)),
-        },
-        None if local && pg.ca.is_none() => PgTls::Off,
-        None => PgTls::VerifyFull {
-            ca: pg.ca.as_ref().map(|c| paths.base.join(c)),
-        },
-        Some(other) => {
-            return Err(format!(
-                "{at}.tls {other:?} is not a mode; write \"verify-full\" (the default to another \
-                 host) or \"off\" (the default to this machine)"
-            ));
-        }
-    };
-    match &tls {
-        PgTls::VerifyFull { ca } => {
-            if unix {
-                return Err(format!(
-                    "{at}: a Unix socket has no host name to verify; use tls = \"off\" for it"
-                ));
-            }
-            if let Some(ca) = ca
-                && !ca.exists()
-            {
-                return Err(format!("{at}.ca {} does not exist", ca.display()));
-            }
-        }
-        PgTls::Off if pg.ca.is_some() => {
-            return Err(format!("{at}.ca is for tls = \"verify-full\""));
-        }
-        PgTls::Off => {}
-    }
-    let password = match pg.password {
-        None => None,
-        Some(reference) => Some(
-            paths
-                .secret(&reference, None)
-                .map_err(|e| format!("{at}.password: {e}"))?
-                .0,
-        ),
-    };
-    Ok((pg.url, password, tls))
 }
 
 fn validate_recover(
@@ -609,7 +460,7 @@ fn validate_recover(
     let url = r.api_url.as_deref().unwrap_or(recovery.url);
     let base =
         reqwest::Url::parse(url).map_err(|e| format!("{at}.api_url {url:?} is not a URL: {e}"))?;
-    let loopback = base.host_str().is_some_and(is_this_machine);
+    let loopback = base.host_str().is_some_and(crate::pgconn::is_this_machine);
     if !(base.scheme() == "https" || (base.scheme() == "http" && loopback)) || base.host().is_none()
     {
         return Err(format!(
@@ -732,41 +583,15 @@ fn validate_recover(
 }
 
 fn validate_target(rt: RawTarget, at: &str, paths: &Paths) -> Result<Target, String> {
-    let kind = match (rt.url, rt.command, rt.postgres) {
-        (None, None, Some(pg)) => TargetKind::Postgres(validate_postgres(pg, at, paths)?),
-        (Some(url), None, None) => {
-            let parsed = reqwest::Url::parse(&url)
-                .map_err(|e| format!("{at}.url {url:?} is not a URL: {e}"))?;
-            if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
-                return Err(format!(
-                    "{at}.url {url:?} must be http:// or https:// with a host"
-                ));
-            }
-            TargetKind::Url(url)
-        }
-        (None, Some(mut argv), None) => {
-            if argv.is_empty() || argv[0].is_empty() {
-                return Err(format!(
-                    "{at}.command must name a program: [\"/path/to/program\", \"arg\", …]"
-                ));
-            }
-            // A relative program path is relative to the config file, like the store path;
-            // a bare name is looked up on PATH.
-            if argv[0].contains('/') && Path::new(&argv[0]).is_relative() {
-                // components() drops the `.` inside ("examples/./on-event.sh" as shown by
-                // check), keeping a leading one, which makes it a path rather than a name.
-                argv[0] = paths
-                    .base
-                    .join(&argv[0])
-                    .components()
-                    .collect::<PathBuf>()
-                    .display()
-                    .to_string();
-            }
-            TargetKind::Command(argv)
-        }
-        _ => return Err(format!("{at}: set exactly one of url, command or postgres")),
+    let secret = |reference: &str| paths.setting_secret(reference);
+    let cx = Context {
+        at,
+        base: paths.base,
+        secret: &secret,
     };
+    // A key of another kind is refused after the keys every target takes, as it always was.
+    let stray = rt.kinds.stray();
+    let destination = rt.kinds.check(&cx)?;
     if rt.timeout.is_zero() {
         return Err(format!("{at}.timeout must be more than zero"));
     }
@@ -809,32 +634,17 @@ fn validate_target(rt: RawTarget, at: &str, paths: &Paths) -> Result<Target, Str
             humantime::format_duration(MIN_EXPECT_EVERY)
         ));
     }
-    if rt.sign_secret.is_some() && !matches!(kind, TargetKind::Url(_)) {
-        return Err(format!(
-            "{at}.sign_secret is for url targets; a command or a postgres table is local and \
-             gets its metadata as variables or columns"
-        ));
+    if let Some(stray) = stray {
+        return Err(format!("{at}.{stray}"));
     }
-    let sign_secret = match rt.sign_secret {
-        None => None,
-        Some(reference) => {
-            let (secret, _) = paths
-                .secret(&reference, None)
-                .map_err(|e| format!("{at}.sign_secret: {e}"))?;
-            scheme::providers::standard_webhooks::decode_secret(&secret)
-                .map_err(|e| format!("{at}.sign_secret: {e}"))?;
-            Some(secret)
-        }
-    };
     Ok(Target {
         name: rt.name,
-        kind,
+        destination,
         timeout: rt.timeout,
         retry,
         concurrency: rt.concurrency,
         rate,
         lease,
-        sign_secret,
         alert_failure_share: rt.alert_failure_share,
         alert_pending_age: rt.alert_pending_age,
     })

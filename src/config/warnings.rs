@@ -148,8 +148,9 @@ impl Config {
     }
 
     /// What `serve` would only find out at run time, and `check` reports as errors (exit
-    /// 3): a command target whose program is missing or not executable (its deliveries
-    /// would be retried for a day before they die), and an inbox in a directory that this
+    /// 3): a target that cannot work, as its kind tells (`Destination::problem`: a command
+    /// whose program is missing or not executable, whose deliveries would be retried for a
+    /// day before they die), and an inbox in a directory that this
     /// user cannot write, nor, for the file the packaged unit serves ([`SYSTEM_PATH`]) when
     /// run as root, the service user. `serve` logs them at
     /// start-up and on reload and goes on receiving: a delivery target must never stop the
@@ -158,17 +159,13 @@ impl Config {
         let mut out = Vec::new();
         for s in &self.sources {
             for t in &s.targets {
-                if let TargetKind::Command(argv) = &t.kind
-                    && let Err(e) = program_problem(&argv[0])
-                {
+                if let Err(e) = t.destination.problem() {
                     out.push(format!("source {:?} target {:?}: {e}", s.name, t.name));
                 }
             }
         }
         for t in &self.alerts {
-            if let TargetKind::Command(argv) = &t.kind
-                && let Err(e) = program_problem(&argv[0])
-            {
+            if let Err(e) = t.destination.problem() {
                 out.push(format!("alert target {:?}: {e}", t.name));
             }
         }
@@ -191,37 +188,6 @@ const UNIT_PATHS: [&str; 3] = [
 const STATE_DIRECTORY: &str = "/var/lib/hookinbox";
 /// The user the packaged unit runs as.
 const SERVICE_USER: &str = "hookinbox";
-
-/// Why the program of a command target cannot run, if it cannot. A bare name is looked
-/// up on the PATH commands get.
-fn program_problem(program: &str) -> Result<(), String> {
-    use nix::unistd::{AccessFlags, access};
-    let path = if program.contains('/') {
-        std::path::PathBuf::from(program)
-    } else {
-        crate::deliver::command::PATH
-            .split(':')
-            .map(|dir| Path::new(dir).join(program))
-            .find(|p| p.exists())
-            .ok_or_else(|| {
-                format!(
-                    "command {program:?} is not on the PATH commands run with ({}); write its \
-                     full path",
-                    crate::deliver::command::PATH
-                )
-            })?
-    };
-    let meta = std::fs::metadata(&path).map_err(|e| format!("command {}: {e}", path.display()))?;
-    if !meta.is_file() {
-        return Err(format!("command {} is not a file", path.display()));
-    }
-    access(&path, AccessFlags::X_OK).map_err(|_| {
-        format!(
-            "command {} is not executable by this user (chmod +x it)",
-            path.display()
-        )
-    })
-}
 
 /// Why the inbox at `db` cannot be created or written, if it cannot: its directory (or the
 /// nearest one that exists, which `serve` creates the rest under) must be writable, by the

@@ -267,7 +267,7 @@ impl Value {
 fn from_sqlite(v: ValueRef<'_>, kind: Kind, cleaned: &mut u64) -> anyhow::Result<Value> {
     let text = |s: &[u8], cleaned: &mut u64| {
         let s = String::from_utf8_lossy(s);
-        match super::postgres::connect::text(&s) {
+        match crate::pgconn::text(&s) {
             std::borrow::Cow::Borrowed(_) => s.into_owned(),
             std::borrow::Cow::Owned(replaced) => {
                 *cleaned += 1;
@@ -331,7 +331,7 @@ async fn copy(
     db: &Path,
     target: &crate::config::PgStore,
 ) -> anyhow::Result<Migrated> {
-    let connector = super::postgres::connect::Connector::new(
+    let connector = crate::pgconn::Connector::new(
         &target.url,
         target.password.as_ref(),
         &target.tls,
@@ -342,7 +342,7 @@ async fn copy(
         anyhow::anyhow!(
             "connecting to {}: {}",
             target.url,
-            super::postgres::connect::describe(&e)
+            crate::pgconn::describe(&e)
         )
     })?;
     super::postgres::migrate(&mut client).await?;

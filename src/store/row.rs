@@ -8,7 +8,7 @@ use rusqlite::types::{FromSql, Value, ValueRef};
 pub enum DbError {
     #[error(transparent)]
     Sqlite(#[from] rusqlite::Error),
-    #[error("{}", super::postgres::connect::describe(.0))]
+    #[error("{}", crate::pgconn::describe(.0))]
     Postgres(#[from] tokio_postgres::Error),
     /// A value that the other side's type cannot hold (a mistake in the SQL, not input).
     #[error("{0}")]

@@ -18,7 +18,7 @@ use futures_util::future::BoxFuture;
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::{Client, Statement, Transaction};
 
-use crate::store::postgres::connect::{Connector, connection_lost, describe};
+use crate::pgconn::{Connector, connection_lost, describe};
 use crate::store::{CommitHealth, MAX_BATCH, WriteError};
 
 pub enum Op<J> {

@@ -15,8 +15,8 @@ use tokio_postgres::types::ToSql;
 
 use super::batch::{self, BatchError, Prepared, Slot};
 use crate::metrics::Metrics;
+use crate::pgconn::text as pg_text;
 use crate::store::WriteError;
-use crate::store::postgres::connect::text as pg_text;
 use crate::store::{NewEvent, Origin, Stored, Version};
 
 pub struct Job {

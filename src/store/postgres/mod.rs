@@ -17,7 +17,6 @@
 //! together migrate once.
 
 mod batch;
-pub mod connect;
 mod ingest;
 mod queue;
 pub mod schema;
@@ -40,7 +39,7 @@ use super::{
 };
 use crate::config::PgStore;
 use crate::metrics::Metrics;
-use connect::{Connector, Shared};
+use crate::pgconn::{Connector, Shared};
 pub use schema::{StartError, migrate, require_version, schema_version};
 
 /// How long a read may take (what is due, the events to send, the gauges): a delivery
@@ -132,7 +131,7 @@ impl PostgresStore {
         let mut first = connector
             .connect()
             .await
-            .map_err(|e| StartError::Connect(connect::describe(&e)))?;
+            .map_err(|e| StartError::Connect(crate::pgconn::describe(&e)))?;
         if migrating {
             migrate(&mut first).await?;
         } else {
@@ -479,14 +478,14 @@ impl Readers {
         let client = tokio::time::timeout(CONNECT_TIMEOUT, slot.get(&self.connector))
             .await
             .map_err(|_| "connecting to PostgreSQL timed out".to_owned())?
-            .map_err(|e| connect::describe(&e))?;
+            .map_err(|e| crate::pgconn::describe(&e))?;
         match tokio::time::timeout(READ_TIMEOUT, read(client.clone())).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) => {
-                if connect::connection_lost(&e) {
+                if crate::pgconn::connection_lost(&e) {
                     slot.forget(&client).await;
                 }
-                Err(connect::describe(&e))
+                Err(crate::pgconn::describe(&e))
             }
             Err(_) => {
                 slot.forget(&client).await;

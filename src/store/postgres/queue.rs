@@ -16,9 +16,9 @@ use futures_util::future::{BoxFuture, try_join_all};
 use tokio_postgres::{Client, Transaction};
 
 use super::batch::{self, BatchError, Prepared, Slot};
+use crate::pgconn::text as pg_text;
 use crate::store::Paused;
 use crate::store::WriteError;
-use crate::store::postgres::connect::text as pg_text;
 use crate::store::retention::{self, Pruned, Rule};
 use crate::store::{
     ClaimRequest, Claimed, Claims, EventData, Finished, Next, Recorded, SUPERSEDED,

@@ -4,8 +4,6 @@
 
 use tokio_postgres::Client;
 
-use super::connect;
-
 pub const SCHEMA: &str = include_str!("../../../schema-postgres.sql");
 
 /// The advisory lock key that migrations hold ("hookinbo" in ASCII): any number would do, as
@@ -27,7 +25,7 @@ pub enum StartError {
 
 impl From<tokio_postgres::Error> for StartError {
     fn from(e: tokio_postgres::Error) -> StartError {
-        StartError::Db(connect::describe(&e))
+        StartError::Db(crate::pgconn::describe(&e))
     }
 }
 

@@ -13,7 +13,6 @@ use rusqlite::ToSql;
 use rusqlite::types::{ToSqlOutput, Value, ValueRef};
 use tokio_postgres::types::{IsNull, ToSql as PgToSql, Type};
 
-use super::connect;
 use crate::store::row::{DbError, Row};
 
 /// A blocking PostgreSQL connection to the inbox, for the operator's commands.
@@ -62,7 +61,7 @@ impl PgConn {
             .enable_all()
             .build()
             .map_err(|e| anyhow::anyhow!("starting the runtime for PostgreSQL: {e}"))?;
-        let connector = connect::Connector::new(
+        let connector = crate::pgconn::Connector::new(
             &store.url,
             store.password.as_ref(),
             &store.tls,
@@ -73,7 +72,7 @@ impl PgConn {
         )?;
         let client = runtime
             .block_on(connector.connect())
-            .map_err(|e| anyhow::anyhow!("{}", connect::describe(&e)))?;
+            .map_err(|e| anyhow::anyhow!("{}", crate::pgconn::describe(&e)))?;
         Ok(PgConn {
             runtime: Some(runtime),
             client,
@@ -226,7 +225,7 @@ impl Param {
                 let t = std::str::from_utf8(t).map_err(|_| wrong())?;
                 match *ty {
                     Type::TEXT | Type::VARCHAR | Type::NAME | Type::BPCHAR => {
-                        Param::Text(connect::text(t).into_owned())
+                        Param::Text(crate::pgconn::text(t).into_owned())
                     }
                     Type::BYTEA => Param::Bytes(t.as_bytes().to_vec()),
                     _ => return Err(wrong()),

@@ -1,19 +1,25 @@
-//! Command targets: a program run without a shell, the raw body on its stdin, the metadata
-//! in environment variables, and nothing else of hookinbox's environment (no secret leaks to
-//! the child).
+//! Command targets (`command = ["/path/to/program", "arg"]`): a program run without a
+//! shell, the raw body on its stdin, the metadata in environment variables, and nothing else
+//! of hookinbox's environment (no secret leaks to the child).
 //!
 //! Exit 0 means delivered; any other exit, a signal or the timeout means "try again". On the
 //! timeout the whole process group is killed, so a shell script's children go too.
 
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
+use serde::de::MapAccess;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
-use super::{Attempt, Result_, Verdict};
+use super::{
+    Attempt, AttemptResult, Context, Description, Destination, Forwarder, TargetKind, Verdict,
+};
+use crate::config::keys::{IfAbsent, Key};
 
 /// The PATH a command gets: the system's directories, nothing from hookinbox's environment.
 pub const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -22,6 +28,98 @@ pub const OUTPUT_LIMIT: usize = 4096;
 /// After the program exits, how long to wait for its output pipes to close (a background
 /// child of it may hold them open).
 const OUTPUT_GRACE: Duration = Duration::from_millis(500);
+
+/// A command target's key, as written.
+#[derive(Default)]
+pub struct Written {
+    argv: Vec<String>,
+}
+
+impl TargetKind for Written {
+    const KEYS: &'static [Key] = &[
+        Key {
+            name: "command",
+            form: "list of text (argv)",
+            if_absent: IfAbsent::Off,
+            meaning: "Run this program, without a shell, with the body on stdin and \
+                          the event's metadata in HOOKINBOX_* variables. A relative path is \
+                          relative to the configuration file; a bare name is looked up on \
+                          PATH.",
+        },
+    ];
+
+    const EXAMPLE: &'static str = "command = [\"/bin/true\"]";
+
+    fn read<'de, A: MapAccess<'de>>(&mut self, _: &str, map: &mut A) -> Result<(), A::Error> {
+        self.argv = map.next_value()?;
+        Ok(())
+    }
+
+    fn check(self, cx: &Context) -> Result<Box<dyn Destination>, String> {
+        let mut argv = self.argv;
+        if argv.is_empty() || argv[0].is_empty() {
+            return Err(format!(
+                "{}.command must name a program: [\"/path/to/program\", \"arg\", …]",
+                cx.at
+            ));
+        }
+        // A relative program path is relative to the config file, like the store path;
+        // a bare name is looked up on PATH.
+        if argv[0].contains('/') && Path::new(&argv[0]).is_relative() {
+            // components() drops the `.` inside ("examples/./on-event.sh" as shown by
+            // check), keeping a leading one, which makes it a path rather than a name.
+            argv[0] = cx
+                .base
+                .join(&argv[0])
+                .components()
+                .collect::<PathBuf>()
+                .display()
+                .to_string();
+        }
+        Ok(Box::new(CommandSettings { argv }))
+    }
+}
+
+/// A command target, checked: its argv, the program's path resolved.
+#[derive(Debug)]
+pub struct CommandSettings {
+    argv: Vec<String>,
+}
+
+impl Destination for CommandSettings {
+    fn describe(&self) -> Description {
+        Description {
+            key: Written::NAME,
+            json: self.argv.clone().into(),
+            text: format!("{:?}", self.argv),
+        }
+    }
+
+    /// Why the program cannot run, if it cannot: its deliveries would be retried for a day
+    /// before they die.
+    fn problem(&self) -> Result<(), String> {
+        program_problem(&self.argv[0])
+    }
+
+    fn forwarder(&self, timeout: Duration) -> anyhow::Result<Box<dyn Forwarder>> {
+        Ok(Box::new(CommandTarget {
+            argv: self.argv.clone(),
+            timeout,
+        }))
+    }
+}
+
+/// A command target, running: what [`run`] starts on each attempt.
+pub struct CommandTarget {
+    argv: Vec<String>,
+    timeout: Duration,
+}
+
+impl Forwarder for CommandTarget {
+    fn send<'a>(&'a self, a: &'a Attempt<'_>) -> BoxFuture<'a, AttemptResult> {
+        Box::pin(run(&self.argv, self.timeout, a))
+    }
+}
 
 /// Kills the process group when dropped, unless disarmed: an attempt abandoned at shutdown
 /// must not leave its command running.
@@ -41,7 +139,7 @@ impl Drop for Group {
     }
 }
 
-pub async fn run(argv: &[String], timeout: Duration, a: &Attempt<'_>) -> Result_ {
+pub async fn run(argv: &[String], timeout: Duration, a: &Attempt<'_>) -> AttemptResult {
     let mut cmd = Command::new(&argv[0]);
     cmd.args(&argv[1..])
         .env_clear()
@@ -73,7 +171,7 @@ pub async fn run(argv: &[String], timeout: Duration, a: &Attempt<'_>) -> Result_
         Ok(c) => c,
         // Every variable is escaped above, so what fails here is the program itself: missing,
         // not executable, or the system out of processes.
-        Err(e) => return Result_::failed(format!("cannot start {:?}: {e}", argv[0])),
+        Err(e) => return AttemptResult::failed(format!("cannot start {:?}: {e}", argv[0])),
     };
     let mut group = Group(child.id().and_then(|id| i32::try_from(id).ok()));
 
@@ -142,13 +240,43 @@ pub async fn run(argv: &[String], timeout: Duration, a: &Attempt<'_>) -> Result_
     }
     // The program itself has ended (reaped above, or killed and reaped on the timeout).
     group.0 = None;
-    Result_ {
+    AttemptResult {
         verdict,
         status,
         error,
         output: (!out.is_empty()).then_some(out),
         ambiguous,
     }
+}
+
+/// Why `program` cannot run, if it cannot. A bare name is looked up on [`PATH`].
+fn program_problem(program: &str) -> Result<(), String> {
+    use nix::unistd::{AccessFlags, access};
+    let path = if program.contains('/') {
+        std::path::PathBuf::from(program)
+    } else {
+        PATH
+            .split(':')
+            .map(|dir| Path::new(dir).join(program))
+            .find(|p| p.exists())
+            .ok_or_else(|| {
+                format!(
+                    "command {program:?} is not on the PATH commands run with ({}); write its \
+                     full path",
+                    PATH
+                )
+            })?
+    };
+    let meta = std::fs::metadata(&path).map_err(|e| format!("command {}: {e}", path.display()))?;
+    if !meta.is_file() {
+        return Err(format!("command {} is not a file", path.display()));
+    }
+    access(&path, AccessFlags::X_OK).map_err(|_| {
+        format!(
+            "command {} is not executable by this user (chmod +x it)",
+            path.display()
+        )
+    })
 }
 
 /// Provider text on its way into the environment, with control characters written out

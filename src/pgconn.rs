@@ -3,14 +3,142 @@
 //! `tls` alone (rustls on ring, never libpq's `prefer`, which goes on in clear when the
 //! server or someone in between declines TLS), read-write sessions only, and the session
 //! settings the caller needs.
+//!
+//! The keys that say how to reach a server are checked here too ([`check_keys`]), once for
+//! both: no password in the URL, no `sslmode`, and TLS off only to this machine.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tokio_postgres::Client;
 use tokio_postgres::config::{SslMode, TargetSessionAttrs};
 
-use crate::config::PgTls;
 use crate::secret::Secret;
+
+/// TLS to a PostgreSQL server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PgTls {
+    /// Plain TCP (or a Unix socket): for this machine.
+    Off,
+    /// rustls, the certificate verified against the system's roots or `ca`, and the host
+    /// name checked (libpq's `sslmode=verify-full`).
+    VerifyFull { ca: Option<PathBuf> },
+}
+
+/// The keys that say how to reach a PostgreSQL server, as written (`[store]` and a
+/// `postgres` target share them).
+pub struct ConnectionKeys {
+    pub url: String,
+    pub password: Option<String>,
+    pub tls: Option<String>,
+    pub ca: Option<PathBuf>,
+}
+
+/// Checks a server's URL and decides TLS by its hosts: off only to this machine, verified
+/// otherwise. `at` names the table the keys are in, `base` the directory a relative `ca` is
+/// in, and `secret` loads the password from its secret spec.
+pub fn check_keys(
+    pg: ConnectionKeys,
+    at: &str,
+    base: &Path,
+    secret: &dyn Fn(&str) -> Result<Secret, String>,
+) -> Result<(String, Option<Secret>, PgTls), String> {
+    let config: tokio_postgres::Config = pg.url.parse().map_err(|e| {
+        format!(
+            "{at}.url {:?} is not a PostgreSQL URL ({e}); write postgres://USER@HOST/DATABASE",
+            pg.url
+        )
+    })?;
+    if config.get_password().is_some() {
+        return Err(format!(
+            "{at}.url holds a password; put it in password = \"file:/etc/hookinbox/secrets/…\" \
+             (any secret spec) so that it is never printed"
+        ));
+    }
+    if config.get_user().is_none() {
+        return Err(format!(
+            "{at}.url names no user: postgres://USER@HOST/DATABASE"
+        ));
+    }
+    if config.get_ssl_mode() != tokio_postgres::config::SslMode::Prefer {
+        return Err(format!(
+            "{at}.url sets sslmode; set {at}.tls instead (\"verify-full\" or \"off\")"
+        ));
+    }
+    if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
+        return Err(format!(
+            "{at}.url names no host: postgres://USER@HOST/DATABASE (host=/run/postgresql \
+             for the local socket)"
+        ));
+    }
+    use tokio_postgres::config::Host;
+    let unix = config
+        .get_hosts()
+        .iter()
+        .any(|h| matches!(h, Host::Unix(_)));
+    // Every address the connection may go to: a hostaddr, if given, is where it goes.
+    let local = config.get_hosts().iter().all(|h| match h {
+        Host::Unix(_) => true,
+        Host::Tcp(name) => is_this_machine(name),
+    }) && config.get_hostaddrs().iter().all(|ip| ip.is_loopback());
+    let tls = match pg.tls.as_deref() {
+        Some("off") => {
+            if !local {
+                return Err(format!(
+                    "{at}.tls = \"off\" is only for a server on this machine; the events and \
+                     the password would cross the network in clear"
+                ));
+            }
+            PgTls::Off
+        }
+        Some("verify-full") => PgTls::VerifyFull {
+            ca: pg.ca.as_ref().map(|c| base.join(c)),
+        },
+        None if local && pg.ca.is_none() => PgTls::Off,
+        None => PgTls::VerifyFull {
+            ca: pg.ca.as_ref().map(|c| base.join(c)),
+        },
+        Some(other) => {
+            return Err(format!(
+                "{at}.tls {other:?} is not a mode; write \"verify-full\" (the default to another \
+                 host) or \"off\" (the default to this machine)"
+            ));
+        }
+    };
+    match &tls {
+        PgTls::VerifyFull { ca } => {
+            if unix {
+                return Err(format!(
+                    "{at}: a Unix socket has no host name to verify; use tls = \"off\" for it"
+                ));
+            }
+            if let Some(ca) = ca
+                && !ca.exists()
+            {
+                return Err(format!("{at}.ca {} does not exist", ca.display()));
+            }
+        }
+        PgTls::Off if pg.ca.is_some() => {
+            return Err(format!("{at}.ca is for tls = \"verify-full\""));
+        }
+        PgTls::Off => {}
+    }
+    let password = match pg.password {
+        None => None,
+        Some(reference) => Some(secret(&reference).map_err(|e| format!("{at}.password: {e}"))?),
+    };
+    Ok((pg.url, password, tls))
+}
+
+/// Whether a host name (or an address, IPv6 in brackets or not) is this machine: where a
+/// credential may travel without TLS.
+pub fn is_this_machine(host: &str) -> bool {
+    host == "localhost"
+        || host
+            .trim_matches(['[', ']'])
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
 
 /// How to reach one server: made once from the configuration, used for every connection.
 #[derive(Clone)]

@@ -1,16 +1,25 @@
-//! URL targets: an HTTP POST of the exact raw body with the provider's headers, the
-//! idempotency key and hookinbox's own headers.
+//! URL targets (`url = "https://…"`): an HTTP POST of the exact raw body with the
+//! provider's headers, the idempotency key and hookinbox's own headers; with `sign_secret`,
+//! hookinbox's own Standard Webhooks signature in place of the provider's.
 //!
 //! reqwest with rustls on ring; no proxy from the environment (a stray `HTTP_PROXY` on a VM
 //! would silently reroute local forwarding); redirects are never followed (a 3xx is a
-//! failure, as in Standard Webhooks); connect and total timeouts.
+//! failure, as in Standard Webhooks); connect and total timeouts. 2xx is delivered, 410
+//! gone, 429 and 503 wait for `Retry-After`, anything else is tried again.
 
 use std::time::{Duration, SystemTime};
 
+use futures_util::future::BoxFuture;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use serde::de::MapAccess;
 
-use super::{Attempt, Result_, Verdict, backoff};
+use super::{
+    Attempt, AttemptResult, Context, Description, Destination, Forwarder, TargetKind, Verdict,
+};
+use crate::config::keys::{IfAbsent, Key};
+use crate::deliver::backoff;
 use crate::scheme::providers::standard_webhooks;
+use crate::secret::Secret;
 
 /// At most this long to connect, within the target's total timeout.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -33,6 +42,102 @@ const NOT_FORWARDED: [&str; 11] = [
     "idempotency-key",
 ];
 
+/// A url target's keys, as written.
+#[derive(Default)]
+pub struct Written {
+    url: Option<String>,
+    sign_secret: Option<String>,
+}
+
+impl TargetKind for Written {
+    const KEYS: &'static [Key] = &[
+        Key {
+            name: "url",
+            form: "http:// or https:// URL",
+            if_absent: IfAbsent::Off,
+            meaning: "POST the event here, with the provider's headers. Exactly one of \
+                          url and command.",
+        },
+        Key {
+            name: "sign_secret",
+            form: "secret",
+            if_absent: IfAbsent::Off,
+            meaning: "A Standard Webhooks secret (whsec_…): forwarded requests carry \
+                          hookinbox's own webhook-signature made with it, in place of the \
+                          provider's. URL targets only.",
+        },
+    ];
+
+    const EXAMPLE: &'static str = "url = \"http://127.0.0.1:3000/hooks\"";
+
+    fn read<'de, A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        match key {
+            "url" => self.url = Some(map.next_value()?),
+            _ => self.sign_secret = Some(map.next_value()?),
+        }
+        Ok(())
+    }
+
+    fn check(self, cx: &Context) -> Result<Box<dyn Destination>, String> {
+        let at = cx.at;
+        let url = self.url.expect("a url target has a url");
+        let parsed =
+            reqwest::Url::parse(&url).map_err(|e| format!("{at}.url {url:?} is not a URL: {e}"))?;
+        if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
+            return Err(format!(
+                "{at}.url {url:?} must be http:// or https:// with a host"
+            ));
+        }
+        let sign_secret = match self.sign_secret {
+            None => None,
+            Some(reference) => {
+                let secret =
+                    (cx.secret)(&reference).map_err(|e| format!("{at}.sign_secret: {e}"))?;
+                standard_webhooks::decode_secret(&secret)
+                    .map_err(|e| format!("{at}.sign_secret: {e}"))?;
+                Some(secret)
+            }
+        };
+        Ok(Box::new(UrlSettings { url, sign_secret }))
+    }
+
+    fn refused(key: &str) -> String {
+        format!(
+            "{key} is for url targets; a command or a postgres table is local and gets its \
+             metadata as variables or columns"
+        )
+    }
+}
+
+/// A url target, checked.
+#[derive(Debug)]
+pub struct UrlSettings {
+    url: String,
+    /// When set, forwarded requests carry a Standard Webhooks signature made with it.
+    sign_secret: Option<Secret>,
+}
+
+impl Destination for UrlSettings {
+    fn describe(&self) -> Description {
+        Description {
+            key: Written::NAME,
+            json: self.url.clone().into(),
+            text: self.url.clone(),
+        }
+    }
+
+    fn forwarder(&self, timeout: Duration) -> anyhow::Result<Box<dyn Forwarder>> {
+        let key = self
+            .sign_secret
+            .as_ref()
+            .map(|s| standard_webhooks::decode_secret(s).map_err(anyhow::Error::msg))
+            .transpose()?
+            .map(|bytes| ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &bytes));
+        Ok(Box::new(UrlTarget::new(&self.url, timeout, key)?))
+    }
+}
+
+/// A url target, running: its HTTP client.
 pub struct UrlTarget {
     client: reqwest::Client,
     url: reqwest::Url,
@@ -60,7 +165,7 @@ impl UrlTarget {
         })
     }
 
-    pub async fn send(&self, a: &Attempt<'_>) -> Result_ {
+    pub async fn post(&self, a: &Attempt<'_>) -> AttemptResult {
         // Headers that the request's own Connection header named are hop-by-hop too.
         let named_by_connection: Vec<String> = a
             .headers
@@ -125,8 +230,8 @@ impl UrlTarget {
             .await;
         let mut response = match response {
             Ok(r) => r,
-            Err(e) if e.is_timeout() => return Result_::timed_out(describe(&e)),
-            Err(e) => return Result_::failed(describe(&e)),
+            Err(e) if e.is_timeout() => return AttemptResult::timed_out(error_text(&e)),
+            Err(e) => return AttemptResult::failed(error_text(&e)),
         };
         let status = response.status();
         let retry_after = response
@@ -154,7 +259,7 @@ impl UrlTarget {
             }
             _ => Some(format!("answered {status}")),
         };
-        Result_ {
+        AttemptResult {
             verdict,
             status: Some(i64::from(status.as_u16())),
             error,
@@ -164,8 +269,14 @@ impl UrlTarget {
     }
 }
 
+impl Forwarder for UrlTarget {
+    fn send<'a>(&'a self, a: &'a Attempt<'_>) -> BoxFuture<'a, AttemptResult> {
+        Box::pin(self.post(a))
+    }
+}
+
 /// A reqwest error with its causes, and timeouts named as such.
-fn describe(e: &reqwest::Error) -> String {
+fn error_text(e: &reqwest::Error) -> String {
     if e.is_timeout() {
         return "timed out (no complete answer within the target's timeout)".into();
     }
