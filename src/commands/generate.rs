@@ -11,8 +11,8 @@ use anyhow::Context as _;
 use clap_complete::Shell;
 use clap_mangen::roff::{Roff, bold, italic, roman};
 
-use crate::config::keys::IfAbsent;
 use crate::config::reference::{FORMS, INTRO, SECTIONS};
+use crate::manual::IfAbsent;
 
 /// Writes `hookinbox.1`, `hookinbox.bash`, `_hookinbox` (zsh) and `hookinbox.fish` for the
 /// command line `cmd` (the binary's own, [`crate::cli::Cli`]).

@@ -7,12 +7,11 @@
 //!
 //! - this module: the validated types, their limits and defaults, loading;
 //! - `raw`: the serde mirror of the file, durations and sizes (a target's kind reads its
-//!   own keys: `deliver::targets`);
+//!   own keys: `targets`);
 //! - `validate`: raw → [`Config`], secrets loaded, schemes prepared, targets' kinds checked;
 //! - `warnings`: what works but an operator should hear about;
 //! - `reference`: every table and key with its default and meaning, for the man page.
 
-pub mod keys;
 mod raw;
 pub mod reference;
 mod tls;
@@ -26,9 +25,9 @@ use std::time::Duration;
 use hyper::http::StatusCode;
 use serde::Deserialize;
 
-use crate::deliver::targets::Destination;
 use crate::scheme::Scheme;
 use crate::secret::{Origin, Secret};
+use crate::targets::Destination;
 
 pub use crate::pgconn::PgTls;
 use raw::RawConfig;
@@ -281,7 +280,7 @@ pub enum GitHubAuth {
 pub struct Target {
     pub name: String,
     /// Where it forwards to, as its kind checked it: a URL, a program, a table
-    /// ([`crate::deliver::targets`]).
+    /// ([`crate::targets`]).
     pub destination: Box<dyn Destination>,
     /// The whole attempt: connect, send, answer (or the command's run time).
     pub timeout: Duration,
@@ -945,7 +944,7 @@ url = "http://127.0.0.1:3000/hooks"
 
     #[test]
     fn target_needs_exactly_one_kind() {
-        // Two kinds in one target: `deliver::targets`'s tests, beside the list of kinds that
+        // Two kinds in one target: `targets`'s tests, beside the list of kinds that
         // the message spells.
         let pg = |table: &str| {
             MINIMAL.replace(
@@ -953,7 +952,7 @@ url = "http://127.0.0.1:3000/hooks"
                 &format!("postgres = {{ url = \"postgres://app@127.0.0.1/app\"{table} }}"),
             )
         };
-        // The table and the TLS it gets: `deliver::targets::postgres`'s tests.
+        // The table and the TLS it gets: `targets::postgres`'s tests.
         load(&pg("")).unwrap();
         assert!(err(&pg(", table = \"x; drop\"")).contains("must be a table name"));
         let remote = MINIMAL.replace(

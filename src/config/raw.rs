@@ -12,7 +12,7 @@ use serde::de::{DeserializeSeed, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
 use super::*;
-use crate::deliver::targets::{self, WrittenKinds};
+use crate::targets::{self, WrittenKinds};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -203,7 +203,7 @@ pub(super) enum RawId {
 
 /// One target's table (`[[sources.targets]]`, `[[alerts]]`): the keys every target takes,
 /// and in `kinds` those of its kind (`url`, `sign_secret`, `command`, `postgres`), each read
-/// by its kind ([`crate::deliver::targets`]) as its type says.
+/// by its kind ([`crate::targets`]) as its type says.
 ///
 /// Deserialized by hand only to hand each key to its reader: serde's messages stay what
 /// the derived code says, at the line of the mistake (a key nobody takes is refused with

@@ -7,13 +7,13 @@
 //! and every default it states is one the file may write without changing anything.
 //!
 //! To document a new key, add one [`Key`] to its section's `keys`. A kind of target lists
-//! its own keys and tables in its file (`deliver::targets`); they are gathered here. A
+//! its own keys and tables in its file (`targets`); they are gathered here. A
 //! scheme's own settings (`public_url`, `hmac = {…}`, `topics`, …) are not listed here:
 //! docs/providers.md has a configuration to copy for every scheme, and the test suite
 //! drives each one.
 
-use super::keys::{IfAbsent, Key, Section};
-use crate::deliver::targets;
+use crate::manual::{IfAbsent, Key, Section};
+use crate::targets;
 
 /// What the man page says before the tables.
 pub const INTRO: &str = "One TOML file: --config FILE, or $HOOKINBOX_CONFIG; else \

@@ -8,11 +8,11 @@ use hyper::http::{HeaderName, StatusCode};
 
 use super::raw::{RawConfig, RawId, RawRecover, RawSource, RawTarget};
 use super::*;
-use crate::deliver::targets::Context;
 use crate::scheme::providers::RecoveryApi;
 use crate::scheme::setup::Loaded;
 use crate::scheme::{self, IdRule, Scheme, Setup};
 use crate::secret::{self, Origin, Secret};
+use crate::targets::Context;
 
 /// Where relative paths and `credential:` secrets are found, and how strictly secrets load.
 pub(super) struct Paths<'a> {

@@ -13,10 +13,10 @@ use std::time::{Instant, SystemTime};
 use super::backoff;
 use super::target::Shared;
 use super::target::TargetRun;
-use super::targets::{ADDRESS_HEADERS, Attempt, AttemptResult, Verdict};
 use crate::clock;
 use crate::metrics::{AttemptLabels, TargetLabels};
 use crate::store::{Claimed, EventData, Finished, Next};
+use crate::targets::{ADDRESS_HEADERS, Attempt, AttemptResult, Verdict};
 
 /// An attempt that ended, waiting for its loop to record it with the next turn.
 pub(super) struct Done {

@@ -1,14 +1,11 @@
-//! When to try again: the target's schedule with ±20% jitter, and the target's own
-//! `Retry-After` where it sends one.
+//! When to try again: the target's schedule with ±20% jitter (a URL target's own
+//! `Retry-After` is read by its kind, `targets::url`).
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 /// Spread of each wait around its scheduled value, so that a burst of failures does not
 /// come back as a burst of retries. svix uses the same ±20%.
 pub const JITTER: f64 = 0.2;
-
-/// The longest `Retry-After` honoured; a target asking for more gets this.
-pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
 
 /// The wait after failed attempt number `attempt` (1-based), or None when the schedule is
 /// exhausted and the delivery is dead. `unit` is a random number in [0, 1).
@@ -26,19 +23,6 @@ pub fn unit_random() -> f64 {
     f64::from(u32::from_be_bytes(bytes)) / (f64::from(u32::MAX) + 1.0)
 }
 
-/// Parses a `Retry-After` value: delay-seconds or an HTTP date.
-pub fn retry_after(value: &str, now: SystemTime) -> Option<Duration> {
-    let value = value.trim();
-    let wait = match value.parse::<u64>() {
-        Ok(secs) => Duration::from_secs(secs),
-        Err(_) => httpdate::parse_http_date(value)
-            .ok()?
-            .duration_since(now)
-            .unwrap_or(Duration::ZERO),
-    };
-    Some(wait.min(MAX_RETRY_AFTER))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -52,22 +36,6 @@ mod tests {
         assert_eq!(delay(&S, 2, 0.5), Some(Duration::from_secs(300)));
         assert_eq!(delay(&S, 3, 0.5), None);
         assert_eq!(delay(&S, 0, 0.5), None);
-    }
-
-    #[test]
-    fn retry_after_seconds_and_dates() {
-        let now = httpdate::parse_http_date("Wed, 21 Oct 2015 07:28:00 GMT").unwrap();
-        assert_eq!(retry_after("7", now), Some(Duration::from_secs(7)));
-        assert_eq!(
-            retry_after("Wed, 21 Oct 2015 07:28:30 GMT", now),
-            Some(Duration::from_secs(30))
-        );
-        assert_eq!(
-            retry_after("Wed, 21 Oct 2015 07:27:00 GMT", now),
-            Some(Duration::ZERO)
-        );
-        assert_eq!(retry_after("99999999", now), Some(MAX_RETRY_AFTER));
-        assert_eq!(retry_after("soon", now), None);
     }
 
     proptest! {

@@ -34,7 +34,6 @@ pub mod pace;
 mod sweeper;
 mod target;
 mod target_loop;
-pub mod targets;
 mod turn;
 
 use std::sync::Arc;

@@ -5,10 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::targets::Forwarder;
 use crate::config::{Rate, Target};
 use crate::metrics::Metrics;
 use crate::store::Store;
+use crate::targets::Forwarder;
 
 /// Everything a loop, an attempt and the sweeper need.
 #[derive(Clone)]

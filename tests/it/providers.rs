@@ -51,8 +51,8 @@ fn the_readme_and_the_index_name_every_scheme() {
 /// default URL.
 #[test]
 fn the_man_page_names_every_recovery_api() {
-    use hookinbox::config::keys::IfAbsent;
     use hookinbox::config::reference::SECTIONS;
+    use hookinbox::manual::IfAbsent;
     use hookinbox::scheme::providers;
     let apis = providers::names_with(|p| p.recovery.is_some());
     let urls: Vec<&str> = apis

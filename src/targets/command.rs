@@ -19,7 +19,7 @@ use tokio::process::Command;
 use super::{
     Attempt, AttemptResult, Context, Description, Destination, Forwarder, TargetKind, Verdict,
 };
-use crate::config::keys::{IfAbsent, Key};
+use crate::manual::{IfAbsent, Key};
 
 /// The PATH a command gets: the system's directories, nothing from hookinbox's environment.
 pub const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";

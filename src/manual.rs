@@ -1,6 +1,6 @@
-//! The vocabulary of the configuration reference: a table of the file and its keys, as
-//! plain data. The reference ([`super::reference`]) lists them; a kind of target
-//! (`deliver::targets`) documents its own keys with them.
+//! The vocabulary of the configuration's manual: a table of the file and its keys, as plain
+//! data. The reference ([`crate::config::reference`]) lists every table with it; a kind of
+//! target ([`crate::targets`]) documents its own keys with it.
 
 /// One table of the file.
 #[derive(Debug, Clone, Copy)]
@@ -16,7 +16,7 @@ pub struct Section {
 #[derive(Debug, Clone, Copy)]
 pub struct Key {
     pub name: &'static str,
-    /// What is written: a word from [`super::reference::FORMS`] or a short phrase.
+    /// What is written: a word from [`crate::config::reference::FORMS`] or a short phrase.
     pub form: &'static str,
     pub if_absent: IfAbsent,
     pub meaning: &'static str,

@@ -32,7 +32,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use serde::de::MapAccess;
 
-use crate::config::keys::{Key, Section};
+use crate::manual::{Key, Section};
 use crate::secret::Secret;
 
 macro_rules! kinds {

@@ -16,8 +16,7 @@ use serde::de::MapAccess;
 use super::{
     Attempt, AttemptResult, Context, Description, Destination, Forwarder, TargetKind, Verdict,
 };
-use crate::config::keys::{IfAbsent, Key};
-use crate::deliver::backoff;
+use crate::manual::{IfAbsent, Key};
 use crate::scheme::providers::standard_webhooks;
 use crate::secret::Secret;
 
@@ -238,7 +237,7 @@ impl UrlTarget {
             .headers()
             .get(reqwest::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| backoff::retry_after(v, SystemTime::now()));
+            .and_then(|v| retry_after(v, SystemTime::now()));
         // Keep the start of the answer; the rest is read and dropped, within the timeout.
         let mut output = Vec::new();
         while let Ok(Some(chunk)) = response.chunk().await {
@@ -292,4 +291,41 @@ fn error_text(e: &reqwest::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+/// The longest `Retry-After` honoured; a target asking for more gets this.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
+
+/// Parses a `Retry-After` value: delay-seconds or an HTTP date.
+pub fn retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    let wait = match value.parse::<u64>() {
+        Ok(secs) => Duration::from_secs(secs),
+        Err(_) => httpdate::parse_http_date(value)
+            .ok()?
+            .duration_since(now)
+            .unwrap_or(Duration::ZERO),
+    };
+    Some(wait.min(MAX_RETRY_AFTER))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_seconds_and_dates() {
+        let now = httpdate::parse_http_date("Wed, 21 Oct 2015 07:28:00 GMT").unwrap();
+        assert_eq!(retry_after("7", now), Some(Duration::from_secs(7)));
+        assert_eq!(
+            retry_after("Wed, 21 Oct 2015 07:28:30 GMT", now),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(
+            retry_after("Wed, 21 Oct 2015 07:27:00 GMT", now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(retry_after("99999999", now), Some(MAX_RETRY_AFTER));
+        assert_eq!(retry_after("soon", now), None);
+    }
 }

@@ -19,7 +19,7 @@ use serde::de::MapAccess;
 use super::{
     Attempt, AttemptResult, Context, Description, Destination, Forwarder, TargetKind, Verdict,
 };
-use crate::config::keys::{IfAbsent, Key, Section};
+use crate::manual::{IfAbsent, Key, Section};
 use crate::pgconn::{Connector, PgTls, Shared, connection_lost};
 use crate::secret::Secret;
 
