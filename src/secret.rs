@@ -30,7 +30,7 @@ impl fmt::Debug for Secret {
 
 /// Where a configured secret was found, so that `check` can warn about literals.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Origin {
+pub enum Provenance {
     Env(String),
     File(PathBuf),
     Credential(String),
@@ -43,8 +43,8 @@ pub enum Origin {
     NotLoaded,
 }
 
-/// What stands in for a secret that was not loaded ([`Origin::Deferred`],
-/// [`Origin::NotLoaded`]): valid for every scheme's key preparation (a `whsec_` secret
+/// What stands in for a secret that was not loaded ([`Provenance::Deferred`],
+/// [`Provenance::NotLoaded`]): valid for every scheme's key preparation (a `whsec_` secret
 /// must be base64), and never used to verify or sign anything, since only `check` and
 /// `sign` load a configuration that way and neither serves.
 pub fn placeholder() -> Secret {
@@ -56,7 +56,7 @@ pub fn placeholder() -> Secret {
 pub fn resolve(
     reference: &str,
     credentials_dir: Option<&Path>,
-) -> Result<(Secret, Origin), String> {
+) -> Result<(Secret, Provenance), String> {
     if let Some(name) = reference.strip_prefix("env:") {
         let value = std::env::var_os(name).ok_or_else(|| {
             format!(
@@ -66,11 +66,11 @@ pub fn resolve(
         let value = value
             .into_string()
             .map_err(|_| format!("environment variable {name} is not valid UTF-8"))?;
-        non_empty(Secret::new(value), reference).map(|s| (s, Origin::Env(name.to_owned())))
+        non_empty(Secret::new(value), reference).map(|s| (s, Provenance::Env(name.to_owned())))
     } else if let Some(path) = reference.strip_prefix("file:") {
         let path = PathBuf::from(path);
         let secret = read_secret_file(&path)?;
-        non_empty(secret, reference).map(|s| (s, Origin::File(path)))
+        non_empty(secret, reference).map(|s| (s, Provenance::File(path)))
     } else if let Some(name) = reference.strip_prefix("credential:") {
         let dir = credentials_dir.ok_or_else(|| {
             format!(
@@ -84,9 +84,9 @@ pub fn resolve(
             ));
         }
         let secret = read_secret_file(&dir.join(name))?;
-        non_empty(secret, reference).map(|s| (s, Origin::Credential(name.to_owned())))
+        non_empty(secret, reference).map(|s| (s, Provenance::Credential(name.to_owned())))
     } else {
-        non_empty(Secret::new(reference), "a literal secret").map(|s| (s, Origin::Literal))
+        non_empty(Secret::new(reference), "a literal secret").map(|s| (s, Provenance::Literal))
     }
 }
 
@@ -146,7 +146,7 @@ mod tests {
         std::fs::write(&p, "abc\n").unwrap();
         let (s, origin) = resolve(&format!("file:{}", p.display()), None).unwrap();
         assert_eq!(s.expose(), b"abc");
-        assert_eq!(origin, Origin::File(p));
+        assert_eq!(origin, Provenance::File(p));
     }
 
     #[test]
@@ -169,6 +169,6 @@ mod tests {
     fn literal_is_marked() {
         let (s, origin) = resolve("plain", None).unwrap();
         assert_eq!(s.expose(), b"plain");
-        assert_eq!(origin, Origin::Literal);
+        assert_eq!(origin, Provenance::Literal);
     }
 }

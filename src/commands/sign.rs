@@ -186,7 +186,7 @@ pub fn run(config: &Config, args: &Args, out: &mut impl Write) -> anyhow::Result
 
 /// The secret `source` learnt from its handshake, if the inbox holds one.
 fn learnt_secret(
-    store: &crate::config::Store,
+    store: &crate::config::StoreSettings,
     source: &str,
 ) -> anyhow::Result<Option<crate::secret::Secret>> {
     let inbox = crate::store::Location::of(store);

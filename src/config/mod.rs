@@ -26,7 +26,7 @@ use hyper::http::StatusCode;
 use serde::Deserialize;
 
 use crate::scheme::Scheme;
-use crate::secret::{Origin, Secret};
+use crate::secret::{Provenance, Secret};
 use crate::targets::Destination;
 
 pub use crate::pgconn::PgTls;
@@ -93,8 +93,8 @@ pub struct Config {
     /// The file it was read from, for messages.
     pub path: PathBuf,
     pub server: Server,
-    pub admin: Admin,
-    pub store: Store,
+    pub admin: AdminSettings,
+    pub store: StoreSettings,
     pub sources: Vec<Source>,
     /// `[[alerts]]`: where alerts are delivered, as targets of the internal source
     /// [`crate::event::ALERT_SOURCE`].
@@ -129,7 +129,7 @@ pub struct Tls {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Admin {
+pub struct AdminSettings {
     /// `/metrics`, `/healthz`, `/readyz` and the web inbox. Local by default; never meant
     /// to be public.
     pub listen: SocketAddr,
@@ -143,7 +143,7 @@ pub struct Admin {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Store {
+pub struct StoreSettings {
     pub path: PathBuf,
     pub synchronous: Synchronous,
     /// How often `serve` applies the retention windows and gives freed pages back.
@@ -214,7 +214,7 @@ pub struct Source {
     pub targets: Vec<Target>,
     pub order: Option<Order>,
     /// Where each secret came from, for `check`'s warnings.
-    pub secret_origins: Vec<Origin>,
+    pub secret_origins: Vec<Provenance>,
     /// The provider API that fills this source's gaps (`hookinbox recover`).
     pub recover: Option<Recover>,
 }
@@ -462,7 +462,7 @@ pub fn load_for(path: &Path, purpose: Purpose) -> anyhow::Result<Config> {
 #[derive(Debug, Clone)]
 pub struct Offline {
     pub path: PathBuf,
-    pub store: Store,
+    pub store: StoreSettings,
     pub sources: Vec<OfflineSource>,
 }
 
@@ -517,7 +517,7 @@ pub fn load_offline(path: &Path) -> anyhow::Result<Offline> {
         .map_err(|e| anyhow::anyhow!("config file {}: {e}", path.display()))?;
     Ok(Offline {
         path: path.to_owned(),
-        store: Store {
+        store: StoreSettings {
             path: base.join(store_path),
             synchronous: raw.store.synchronous,
             retention_interval: raw.store.retention_interval,
@@ -606,8 +606,8 @@ pub struct RestartOnly {
     pub body_budget: u64,
     /// Whether the listener speaks TLS (its files reload; switching it on or off does not).
     pub tls: bool,
-    pub admin: Admin,
-    pub store: Store,
+    pub admin: AdminSettings,
+    pub store: StoreSettings,
 }
 
 impl RestartOnly {
@@ -622,13 +622,13 @@ impl RestartOnly {
             body_budget,
             tls,
             admin:
-                Admin {
+                AdminSettings {
                     listen: admin_listen,
                     actions,
                     hosts,
                 },
             store:
-                Store {
+                StoreSettings {
                     path,
                     synchronous,
                     retention_interval,

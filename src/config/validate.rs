@@ -11,7 +11,7 @@ use super::*;
 use crate::scheme::providers::RecoveryApi;
 use crate::scheme::setup::Loaded;
 use crate::scheme::{self, IdRule, Scheme, Setup};
-use crate::secret::{self, Origin, Secret};
+use crate::secret::{self, Provenance, Secret};
 use crate::targets::Context;
 
 /// Where relative paths and `credential:` secrets are found, and how strictly secrets load.
@@ -27,17 +27,21 @@ impl Paths<'_> {
     /// Loads one secret; `source` names the source it verifies (`None`: a target's signing
     /// secret). See [`Purpose`] for when a secret that cannot be loaded is let through as a
     /// [`secret::placeholder`].
-    fn secret(&self, reference: &str, source: Option<&str>) -> Result<(Secret, Origin), String> {
+    fn secret(
+        &self,
+        reference: &str,
+        source: Option<&str>,
+    ) -> Result<(Secret, Provenance), String> {
         let error = match secret::resolve(reference, self.credentials) {
             Ok(found) => return Ok(found),
             Err(e) => e,
         };
         match (self.purpose, reference.strip_prefix("credential:")) {
             (Purpose::Check, Some(name)) if self.credentials.is_none() => {
-                Ok((secret::placeholder(), Origin::Deferred(name.to_owned())))
+                Ok((secret::placeholder(), Provenance::Deferred(name.to_owned())))
             }
             (Purpose::Sign(wanted), _) if source != Some(wanted) => {
-                Ok((secret::placeholder(), Origin::NotLoaded))
+                Ok((secret::placeholder(), Provenance::NotLoaded))
             }
             _ => Err(error),
         }
@@ -170,12 +174,12 @@ pub(super) fn validate(
             trusted_proxies,
             tls,
         },
-        admin: Admin {
+        admin: AdminSettings {
             listen: raw.admin.listen,
             actions: raw.admin.actions,
             hosts: admin_hosts(raw.admin.hosts)?,
         },
-        store: Store {
+        store: StoreSettings {
             path: store_path,
             synchronous: raw.store.synchronous,
             retention_interval: raw.store.retention_interval,
@@ -233,7 +237,7 @@ fn validate_source(rs: RawSource, at: &str, paths: &Paths) -> Result<Source, Str
             .map_err(|e| format!("{at}.secrets[{j}]: {e}"))?;
         secrets.push(Loaded {
             secret,
-            stand_in: matches!(origin, Origin::Deferred(_) | Origin::NotLoaded),
+            stand_in: matches!(origin, Provenance::Deferred(_) | Provenance::NotLoaded),
         });
         secret_origins.push(origin);
     }

@@ -55,12 +55,14 @@ impl Config {
         for s in &self.sources {
             for (j, origin) in s.secret_origins.iter().enumerate() {
                 match origin {
-                    Origin::Literal => out.push(format!(
+                    Provenance::Literal => out.push(format!(
                         "source {:?}: secrets[{j}] is written in the config file; prefer \
                          \"file:/etc/hookinbox/secrets/{}\", \"env:NAME\" or \"credential:NAME\"",
                         s.name, s.name
                     )),
-                    Origin::File(path) if world_readable(path) && !public_key(&s.scheme, path) => {
+                    Provenance::File(path)
+                        if world_readable(path) && !public_key(&s.scheme, path) =>
+                    {
                         out.push(format!(
                             "source {:?}: secret file {} is readable by every user; chmod \
                              600 it (owned by the service user)",
@@ -68,7 +70,7 @@ impl Config {
                             path.display()
                         ))
                     }
-                    Origin::Deferred(name) => out.push(format!(
+                    Provenance::Deferred(name) => out.push(format!(
                         "source {:?}: secrets[{j}] \"credential:{name}\" is read from \
                          $CREDENTIALS_DIRECTORY when systemd starts the service (a \
                          LoadCredential={name}:FILE line in the unit); it was not checked here",

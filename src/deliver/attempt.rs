@@ -16,7 +16,7 @@ use super::target::TargetRun;
 use crate::clock;
 use crate::metrics::{AttemptLabels, TargetLabels};
 use crate::store::{Claimed, EventData, Finished, Next};
-use crate::targets::{ADDRESS_HEADERS, Attempt, AttemptResult, Verdict};
+use crate::targets::{ADDRESS_HEADERS, Attempt, AttemptResult, Disposition};
 
 /// An attempt that ended, waiting for its loop to record it with the next turn.
 pub(super) struct Done {
@@ -45,7 +45,7 @@ pub(super) async fn attempt(
         }
         Ok(None) => (
             AttemptResult {
-                verdict: Verdict::Gone,
+                disposition: Disposition::Gone,
                 status: None,
                 error: Some("the event is no longer in the inbox".into()),
                 output: None,
@@ -124,7 +124,7 @@ pub(super) async fn attempt(
 async fn send(t: &TargetRun, c: &Claimed, event: &EventData) -> AttemptResult {
     let Some(body) = &event.body else {
         return AttemptResult {
-            verdict: Verdict::Gone,
+            disposition: Disposition::Gone,
             status: None,
             error: Some("the event's body was pruned by retention before it was delivered".into()),
             output: None,
@@ -154,16 +154,17 @@ async fn send(t: &TargetRun, c: &Claimed, event: &EventData) -> AttemptResult {
 /// The delivery's next state after an attempt; `attempt` is its place in the current
 /// schedule (a replay starts a new one).
 fn decide(t: &TargetRun, attempt: u32, r: &AttemptResult) -> Next {
-    match r.verdict {
-        Verdict::Delivered => Next::Delivered,
-        Verdict::Gone => Next::Dead,
-        Verdict::Retry { after } => match backoff::delay(&t.retry, attempt, backoff::unit_random())
-        {
-            None => Next::Dead,
-            Some(wait) => {
-                let wait = after.map_or(wait, |a| a.max(wait));
-                Next::Retry(clock::iso(SystemTime::now() + wait))
+    match r.disposition {
+        Disposition::Delivered => Next::Delivered,
+        Disposition::Gone => Next::Dead,
+        Disposition::Retry { after } => {
+            match backoff::delay(&t.retry, attempt, backoff::unit_random()) {
+                None => Next::Dead,
+                Some(wait) => {
+                    let wait = after.map_or(wait, |a| a.max(wait));
+                    Next::Retry(clock::iso(SystemTime::now() + wait))
+                }
             }
-        },
+        }
     }
 }

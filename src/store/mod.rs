@@ -340,7 +340,7 @@ impl Held {
 
 impl Location {
     /// Where the configuration keeps the inbox.
-    pub fn of(store: &config::Store) -> Location {
+    pub fn of(store: &config::StoreSettings) -> Location {
         match &store.backend {
             config::Backend::Sqlite => {
                 Location(Where::Sqlite(store.path.clone(), store.synchronous))

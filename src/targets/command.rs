@@ -17,7 +17,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
 use super::{
-    Attempt, AttemptResult, Context, Description, Destination, Forwarder, TargetKind, Verdict,
+    Attempt, AttemptResult, Context, Description, Destination, Forwarder, TargetKind, Disposition,
 };
 use crate::manual::{IfAbsent, Key};
 
@@ -195,20 +195,20 @@ pub async fn run(argv: &[String], timeout: Duration, a: &Attempt<'_>) -> Attempt
     let ambiguous = waited.is_err();
     let (verdict, status, error) = match waited {
         Ok(Ok(exit)) => match exit.code() {
-            Some(0) => (Verdict::Delivered, Some(0), None),
+            Some(0) => (Disposition::Delivered, Some(0), None),
             Some(code) => (
-                Verdict::Retry { after: None },
+                Disposition::Retry { after: None },
                 Some(i64::from(code)),
                 Some(format!("exited with status {code}")),
             ),
             None => (
-                Verdict::Retry { after: None },
+                Disposition::Retry { after: None },
                 None,
                 Some(format!("ended by a signal ({exit})")),
             ),
         },
         Ok(Err(e)) => (
-            Verdict::Retry { after: None },
+            Disposition::Retry { after: None },
             None,
             Some(format!("waiting for the command: {e}")),
         ),
@@ -216,7 +216,7 @@ pub async fn run(argv: &[String], timeout: Duration, a: &Attempt<'_>) -> Attempt
             group.kill();
             let _ = child.wait().await;
             (
-                Verdict::Retry { after: None },
+                Disposition::Retry { after: None },
                 None,
                 Some(format!(
                     "timed out after {timeout:?}; its process group was killed"
@@ -241,7 +241,7 @@ pub async fn run(argv: &[String], timeout: Duration, a: &Attempt<'_>) -> Attempt
     // The program itself has ended (reaped above, or killed and reaped on the timeout).
     group.0 = None;
     AttemptResult {
-        verdict,
+        disposition: verdict,
         status,
         error,
         output: (!out.is_empty()).then_some(out),
@@ -333,7 +333,7 @@ mod tests {
         };
         let argv = ["/bin/sh", "-c", "printf %s \"$HOOKINBOX_EVENT_TYPE\""].map(String::from);
         let r = run(&argv, Duration::from_secs(10), &a).await;
-        assert_eq!(r.verdict, Verdict::Delivered, "{r:?}");
+        assert_eq!(r.disposition, Disposition::Delivered, "{r:?}");
         assert_eq!(r.output.as_deref(), Some("stdout:\ninvoice.paid\\x00\n"));
     }
 

@@ -247,7 +247,7 @@ pub const ADDRESS_HEADERS: [&str; 6] = [
 
 /// What the target said.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub enum Disposition {
     Delivered,
     /// Try again, no sooner than `after` if the target said so (`Retry-After`).
     Retry {
@@ -260,7 +260,7 @@ pub enum Verdict {
 /// One attempt's result, before it is turned into the delivery's next state.
 #[derive(Debug, Clone)]
 pub struct AttemptResult {
-    pub verdict: Verdict,
+    pub disposition: Disposition,
     pub status: Option<i64>,
     pub error: Option<String>,
     pub output: Option<String>,
@@ -272,7 +272,7 @@ impl AttemptResult {
     /// A failure before any answer: connection refused, timeout, cannot start.
     pub fn failed(error: String) -> AttemptResult {
         AttemptResult {
-            verdict: Verdict::Retry { after: None },
+            disposition: Disposition::Retry { after: None },
             status: None,
             error: Some(error),
             output: None,

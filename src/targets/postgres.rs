@@ -17,7 +17,7 @@ use serde::Deserialize;
 use serde::de::MapAccess;
 
 use super::{
-    Attempt, AttemptResult, Context, Description, Destination, Forwarder, TargetKind, Verdict,
+    Attempt, AttemptResult, Context, Description, Destination, Forwarder, TargetKind, Disposition,
 };
 use crate::manual::{IfAbsent, Key, Section};
 use crate::pgconn::{Connector, PgTls, Shared, connection_lost};
@@ -260,7 +260,7 @@ impl PgTarget {
         match tokio::time::timeout_at(deadline, insert).await {
             // Inserted now, or already there from an earlier attempt: delivered either way.
             Ok(Ok(_)) => AttemptResult {
-                verdict: Verdict::Delivered,
+                disposition: Disposition::Delivered,
                 status: None,
                 error: None,
                 output: None,

@@ -14,7 +14,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde::de::MapAccess;
 
 use super::{
-    Attempt, AttemptResult, Context, Description, Destination, Forwarder, TargetKind, Verdict,
+    Attempt, AttemptResult, Context, Description, Destination, Forwarder, TargetKind, Disposition,
 };
 use crate::manual::{IfAbsent, Key};
 use crate::scheme::providers::standard_webhooks;
@@ -245,21 +245,21 @@ impl UrlTarget {
             output.extend_from_slice(&chunk[..chunk.len().min(room)]);
         }
         let verdict = match status.as_u16() {
-            200..=299 => Verdict::Delivered,
+            200..=299 => Disposition::Delivered,
             // The target says this event will never be accepted (Standard Webhooks).
-            410 => Verdict::Gone,
-            429 | 503 => Verdict::Retry { after: retry_after },
-            _ => Verdict::Retry { after: None },
+            410 => Disposition::Gone,
+            429 | 503 => Disposition::Retry { after: retry_after },
+            _ => Disposition::Retry { after: None },
         };
         let error = match &verdict {
-            Verdict::Delivered => None,
+            Disposition::Delivered => None,
             _ if status.is_redirection() => {
                 Some(format!("answered {status} (redirects are not followed)"))
             }
             _ => Some(format!("answered {status}")),
         };
         AttemptResult {
-            verdict,
+            disposition: verdict,
             status: Some(i64::from(status.as_u16())),
             error,
             output: (!output.is_empty()).then(|| String::from_utf8_lossy(&output).into_owned()),

@@ -119,7 +119,7 @@ pub struct Web {
 impl Web {
     pub fn new(
         store: Store,
-        admin: &config::Admin,
+        admin: &config::AdminSettings,
         sources: &[Arc<Source>],
         alerts: &[config::Target],
         board: Arc<Board>,
