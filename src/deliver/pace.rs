@@ -10,7 +10,7 @@
 //! "theoretical arrival time"): one instant, no refill timer, exact in whole nanoseconds.
 //! It lives in memory, per loop: a restart or a reload starts with a full bucket, at most a
 //! burst early. Replicas on PostgreSQL share a second bucket of the same kind, kept in the
-//! inbox and taken by the claim (`store::pg`), so that together they keep the rate.
+//! inbox and taken by the claim (`store::postgres`), so that together they keep the rate.
 
 use std::time::{Duration, Instant};
 

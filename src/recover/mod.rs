@@ -9,7 +9,7 @@
 //!   signed, through the normal receive path, so nothing unsigned enters the inbox.
 //! - **Fetch and store** (Stripe): list the events in the window and store each missing one
 //!   with origin `api`, fetched over TLS with the operator's key. A later webhook of the same
-//!   event is a duplicate when its JSON value is the same (`store::ingest`).
+//!   event is a duplicate when its JSON value is the same (`store::sqlite::ingest`).
 //!
 //! A provider is an [`Api`]: `list` says what it holds for a window, `redeliver` asks for one
 //! delivery again. The rest is shared: [`plan`] compares the list with the inbox, and

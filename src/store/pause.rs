@@ -2,13 +2,13 @@
 //! app is down or being migrated, and releases them later in their order.
 //!
 //! Invariant: a paused target's deliveries are never claimed. The claim
-//! ([`super::queue::claim`]) tests this table in its own statement, so a pause that
+//! ([`super::sqlite::queue::claim`]) tests this table in its own statement, so a pause that
 //! committed before a claim always wins; attempts already in flight finish and record
 //! their result (a retry stays pending, held back like the rest). Nothing else changes a
 //! delivery: resuming is deleting the row, and the deliveries, still `pending` and long
 //! due, go out in the order a claim takes them (due time, then id).
 //!
-//! `serve` writes here through [`super::writer::Writer::job`]; the CLI in its own short
+//! `serve` writes here through [`super::sqlite::writer::Writer::job`]; the CLI in its own short
 //! `BEGIN IMMEDIATE` transaction, next to a running serve. Reads need no more than a
 //! read-only connection. A target's loop sees a change within its idle poll (a second);
 //! inside `serve`, `Writer::commits().all()` after the job wakes every loop at once.

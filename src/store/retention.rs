@@ -163,7 +163,7 @@ const KINDS: [Kind; 7] = [
 
 impl Kind {
     /// The keys of the rows due for removal on PostgreSQL (its dry run counts these;
-    /// its prune, `pg::queue`, takes the same rows), and on SQLite for the kinds that are
+    /// its prune, `postgres::queue`, takes the same rows), and on SQLite for the kinds that are
     /// not walked by id ([`Kind::walked`]): `?1` is the source, `?2` the cut-off.
     fn candidates(self, dialect: Dialect) -> String {
         let rowid = match dialect {

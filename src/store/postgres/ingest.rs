@@ -1,5 +1,5 @@
 //! Storing received events on PostgreSQL, a batch per transaction: the same decisions as
-//! [`crate::store::ingest`] (new, duplicate, conflict; an event fetched from an API never a
+//! [`crate::store::sqlite::ingest`] (new, duplicate, conflict; an event fetched from an API never a
 //! conflict), in three pipelined rounds rather than a round trip per statement.
 //!
 //! Two replicas may insert the same identity at once: the second insert waits for the

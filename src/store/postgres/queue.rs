@@ -1,4 +1,4 @@
-//! The delivery queue on PostgreSQL: the states and rules of [`crate::store::queue`], for
+//! The delivery queue on PostgreSQL: the states and rules of [`crate::store::sqlite::queue`], for
 //! several replicas at once.
 //!
 //! The rows are taken `FOR NO KEY UPDATE SKIP LOCKED`: each due row goes to one replica, and a row
@@ -491,7 +491,7 @@ pub async fn events(
         .collect())
 }
 
-/// As on SQLite ([`crate::store::read::gauges`]): every state only if `settled`.
+/// As on SQLite ([`crate::store::sqlite::read::gauges`]): every state only if `settled`.
 pub async fn gauges(
     client: &Client,
     settled: bool,

@@ -59,7 +59,7 @@ fn is_paused(conn: &Connection, source: &str, target: &str) -> rusqlite::Result<
 /// sending it would undo the newer one, so it is superseded instead. Versions compare only
 /// within one kind, numbers with numbers and text with text: a version of the other kind is
 /// never taken as older. Replay leaves such a delivery alone for the same reason.
-/// PostgreSQL's is [`super::pg::OUTDATED`], over its two version columns.
+/// PostgreSQL's is [`crate::store::postgres::OUTDATED`], over its two version columns.
 pub(crate) const OUTDATED: &str = "(d.order_key IS NOT NULL AND EXISTS (
         SELECT 1 FROM order_keys k
          WHERE k.source = d.source AND k.target = d.target AND k.order_key = d.order_key
