@@ -3,27 +3,32 @@
 //!
 //! # Layout
 //!
+//! From the top floor down; a module imports only from floors below it (docs/ARCHITECTURE.md,
+//! "The house").
+//!
 //! - [`cli`]: the command line (clap), parsed in `main.rs` and dispatched to [`commands`].
-//! - [`config`]: the TOML file, validated into a [`config::Config`] with secrets loaded;
-//!   warnings and the problems `check` reports; the reference the man page renders.
-//! - [`secret`]: where secrets come from, and a type that never prints them.
-//! - [`scheme`]: one module per signature scheme; pure functions over (headers, body, now).
-//! - [`store`]: the inbox: schema and migrations, the single writer with group commit,
-//!   read-only connections, retention, one `serve` per inbox, commit announcements, paused
-//!   targets, replay plans.
+//! - [`commands`]: one module per subcommand: parse, call, render.
+//! - [`admin`]: the local admin listener: metrics and health; [`web`]: the web inbox on it.
 //! - [`receive`]: the public listener: limits, routing, verification, answers.
 //! - [`deliver`]: the worker that forwards stored events to their targets, with retries.
 //! - [`recover`]: knowing the gaps (heartbeats, runs of refused requests) and filling them
 //!   from the providers' APIs (GitHub redeliveries, Stripe's events).
-//! - [`admin`]: the local admin listener: metrics and health.
+//! - [`alerts`]: conditions an operator should hear about, judged from the inbox.
+//! - [`store`]: the inbox: one contract ([`store::Store`]) over SQLite and PostgreSQL, the
+//!   one place the backend is chosen ([`store::Location`]), and every question an
+//!   operator asks of it.
+//! - [`metrics`]: the Prometheus registry and every metric hookinbox exports.
+//! - [`event`]: what an event is: identity, idempotency key, order key; built from a
+//!   request, a provider's API or an alert.
+//! - [`targets`]: the kinds of target (URL, command, PostgreSQL table), one file each.
+//! - [`config`]: the TOML file, validated into a [`config::Config`] with secrets loaded;
+//!   warnings and the problems `check` reports; the reference the man page renders.
+//! - [`scheme`]: one module per provider; pure functions over (headers, body, now).
+//! - [`pgconn`]: reaching a PostgreSQL server, for the inbox and `postgres` targets.
+//! - [`secret`], [`clock`], [`terminal`], [`proxy`], [`failpoint`], [`manual`]: the ground
+//!   floor (secrets that never print, time as the inbox writes it, text on its way to a
+//!   terminal, trusted proxies, fault injection, the configuration manual's vocabulary).
 //! - [`oracle`]: the crash and load tests' checker (what was acknowledged vs the inbox).
-//! - [`proxy`]: believing `X-Forwarded-For` only from configured proxies.
-//! - [`metrics`]: the Prometheus registry and every metric hookinbox exports, with the
-//!   process metrics read from `/proc`.
-//! - [`commands`]: one module per subcommand.
-//! - [`failpoint`]: fault injection at the durability boundaries (a test-only feature).
-//! - [`terminal`]: escaping provider-controlled text before it reaches a terminal.
-//! - [`clock`]: wall-clock time as unix seconds and as the inbox's ISO-8601 text.
 
 pub mod admin;
 pub mod alerts;

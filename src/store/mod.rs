@@ -452,41 +452,56 @@ impl Location {
     /// the file and starts the writer thread; on PostgreSQL connects, migrates and starts
     /// the batchers. Fails (and `serve` with it) when the inbox cannot be used.
     pub async fn serve(&self, metrics: Arc<Metrics>) -> anyhow::Result<(Store, Held)> {
-        use anyhow::Context as _;
-        match &self.0 {
-            Where::Sqlite(path, sync) => {
-                let (store, held) = SqliteStore::start(path, *sync, metrics)?;
-                Ok((Store(Either::Sqlite(store)), Held { sqlite: Some(held) }))
-            }
-            Where::Postgres(pg) => {
-                let store = PostgresStore::start(pg, metrics)
-                    .await
-                    .map_err(anyhow::Error::new)
-                    .with_context(|| format!("opening the PostgreSQL inbox at {}", pg.url))?;
-                Ok((Store(Either::Postgres(store)), Held { sqlite: None }))
-            }
-        }
+        self.start(metrics, Purpose::Serve).await
     }
 
     /// Opens the inbox as a [`Store`] for an operator's command that runs `serve`'s
     /// machinery (`prune`, `recover`) beside a running serve: never migrating, never
     /// taking the inbox's lock (on PostgreSQL, batchers for this command alone).
     pub async fn for_command(&self, metrics: Arc<Metrics>) -> anyhow::Result<(Store, Held)> {
+        self.start(metrics, Purpose::Command).await
+    }
+
+    async fn start(
+        &self,
+        metrics: Arc<Metrics>,
+        purpose: Purpose,
+    ) -> anyhow::Result<(Store, Held)> {
         use anyhow::Context as _;
         match &self.0 {
-            Where::Sqlite(path, _) => {
-                let (store, held) = SqliteStore::for_command(path, metrics)?;
+            Where::Sqlite(path, sync) => {
+                let (store, held) = match purpose {
+                    Purpose::Serve => SqliteStore::start(path, *sync, metrics)?,
+                    Purpose::Command => SqliteStore::for_command(path, metrics)?,
+                };
                 Ok((Store(Either::Sqlite(store)), Held { sqlite: Some(held) }))
             }
             Where::Postgres(pg) => {
-                let store = PostgresStore::for_command(pg, metrics)
-                    .await
+                let (started, what) = match purpose {
+                    Purpose::Serve => (
+                        PostgresStore::start(pg, metrics).await,
+                        "opening the PostgreSQL inbox at",
+                    ),
+                    Purpose::Command => (
+                        PostgresStore::for_command(pg, metrics).await,
+                        "opening the inbox",
+                    ),
+                };
+                let store = started
                     .map_err(anyhow::Error::new)
-                    .with_context(|| format!("opening the inbox {}", pg.url))?;
+                    .with_context(|| format!("{what} {}", pg.url))?;
                 Ok((Store(Either::Postgres(store)), Held { sqlite: None }))
             }
         }
     }
+}
+
+/// Who opens a [`Store`]: `serve` (which migrates, and on SQLite holds the lock) or an
+/// operator's command beside it.
+#[derive(Clone, Copy)]
+enum Purpose {
+    Serve,
+    Command,
 }
 
 /// A schema file's "-- migrate: N" sections: (version, SQL), in file order.

@@ -33,6 +33,7 @@ use super::{
 };
 use crate::config::Synchronous;
 use crate::metrics::Metrics;
+use schema::OpenError;
 use writer::Writer;
 
 /// `serve`'s handle on a SQLite inbox: its writer and its read-only connections. Cheap to
@@ -82,19 +83,8 @@ impl SqliteStore {
                 .with_context(|| format!("creating the inbox directory {}", dir.display()))?;
         }
         let lock = lock::InboxLock::acquire(path)?;
-        let (writer, thread) = Writer::start(path.to_owned(), sync, metrics)
-            .with_context(|| format!("opening the inbox {}", path.display()))?;
-        Ok((
-            SqliteStore {
-                writer,
-                readers: read::pool(path),
-                path: path.to_owned(),
-            },
-            Opened {
-                thread,
-                lock: Some(lock),
-            },
-        ))
+        let started = Writer::start(path.to_owned(), sync, metrics);
+        Self::around(path, started, Some(lock))
     }
 
     /// Opens the inbox for an operator's command that runs `serve`'s machinery (`prune`,
@@ -104,15 +94,24 @@ impl SqliteStore {
         path: &Path,
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<(SqliteStore, Opened)> {
-        let (writer, thread) = Writer::start_current(path.to_owned(), metrics)
-            .with_context(|| format!("opening the inbox {}", path.display()))?;
+        Self::around(path, Writer::start_current(path.to_owned(), metrics), None)
+    }
+
+    /// The store around a writer just started, with read-only connections beside it.
+    fn around(
+        path: &Path,
+        started: Result<(Writer, std::thread::JoinHandle<()>), OpenError>,
+        lock: Option<lock::InboxLock>,
+    ) -> anyhow::Result<(SqliteStore, Opened)> {
+        let (writer, thread) =
+            started.with_context(|| format!("opening the inbox {}", path.display()))?;
         Ok((
             SqliteStore {
                 writer,
                 readers: read::pool(path),
                 path: path.to_owned(),
             },
-            Opened { thread, lock: None },
+            Opened { thread, lock },
         ))
     }
 
