@@ -131,9 +131,6 @@ impl SqliteStore {
     }
 }
 
-/// Whether an alert notification of this identity is stored already.
-const KNOWN: &str = "SELECT 1 FROM events WHERE source = ?1 AND account = ?2 AND event_id = ?3";
-
 impl super::Backend for SqliteStore {
     async fn ingest(&self, event: NewEvent) -> Result<Stored, WriteError> {
         self.writer.ingest(event).await
@@ -204,8 +201,7 @@ impl super::Backend for SqliteStore {
         self.writer
             .job(move |conn, now| {
                 for e in &events {
-                    let params = rusqlite::params![&*e.source, &*e.account, e.event_id];
-                    if !conn.prepare_cached(KNOWN)?.exists(params)? {
+                    if !Db::Sqlite(conn).is_stored(&e.source, &e.account, &e.event_id)? {
                         ingest::store(conn, e, now)?;
                     }
                 }
