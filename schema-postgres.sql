@@ -280,3 +280,14 @@ CREATE INDEX deliveries_order ON deliveries
      (order_version_text IS NOT NULL), coalesce(order_version_num, 0),
      coalesce(order_version_text, ''), id)
     WHERE order_key IS NOT NULL;
+
+-- migrate: 6
+
+-- What the front door keeps between runs, and that replicas share: the ACME account and the
+-- certificates it obtained, and the address lists that providers publish (as in SQLite's
+-- version 9).
+CREATE TABLE kept (
+    name       text PRIMARY KEY,
+    value      text NOT NULL,
+    updated_at text NOT NULL
+);

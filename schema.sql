@@ -426,3 +426,15 @@ CREATE INDEX deliveries_dead ON deliveries (updated_at) WHERE state = 'dead';
 -- `deliveries_dead`; the leases `deliveries_leases`. The view `pending_deliveries` now
 -- reads every delivery unless a source and target are named.
 DROP INDEX deliveries_state;
+
+-- migrate: 9
+
+-- What the front door keeps between runs, and that replicas share: the ACME account and the
+-- certificates it obtained (so a restart orders nothing new), and the address lists that
+-- providers publish (so a failed refresh keeps the last good one). One row per name, the
+-- value as text (JSON or PEM), readable with `SELECT name, updated_at FROM kept`.
+CREATE TABLE kept (
+    name       TEXT PRIMARY KEY,
+    value      TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);

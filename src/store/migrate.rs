@@ -180,6 +180,16 @@ const TABLES: &[Table] = &[
         identity: None,
     },
     Table {
+        name: "kept",
+        columns: &[
+            ("name", "name", Text),
+            ("value", "value", Text),
+            ("updated_at", "updated_at", Text),
+        ],
+        order: "name",
+        identity: None,
+    },
+    Table {
         name: "gaps",
         columns: &[
             ("id", "id", Int),

@@ -27,6 +27,7 @@ pub mod batching;
 pub mod commits;
 mod db;
 pub mod gaps;
+pub mod kept;
 pub mod learnt;
 pub mod migrate;
 pub mod model;

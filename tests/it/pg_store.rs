@@ -823,6 +823,7 @@ url = "{0}"
         .unwrap()
         .execute_batch(
             "INSERT INTO learnt_secrets VALUES ('sw', x'00ff7f', '2026-12-01T00:00:00.000Z', '::1');
+             INSERT INTO kept VALUES ('acme:account', 'account json', '2026-12-01T00:00:00.000Z');
              INSERT INTO gaps (source, kind, started_at, ended_at, detail)
              VALUES ('sw', 'down', '2026-12-01T00:00:00.000Z', '2026-12-01T00:01:00.000Z',
                      'stopped cleanly');",
@@ -837,6 +838,7 @@ url = "{0}"
         "conflicts",
         "paused_targets",
         "learnt_secrets",
+        "kept",
         "gaps",
     ];
     let in_file: Vec<i64> = tables
