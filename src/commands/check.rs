@@ -38,6 +38,8 @@ struct Listeners {
     public: String,
     admin: String,
     tls: bool,
+    /// The certificate the public listener serves, from `server.tls.cert`.
+    certificate: Option<crate::config::certificate::Certificate>,
     /// Whether the web inbox may replay, pause and resume (`admin.actions`).
     web_actions: bool,
 }
@@ -135,6 +137,11 @@ fn report(config: &Config) -> Report {
             public: config.server.listen.to_string(),
             admin: config.admin.listen.to_string(),
             tls: config.server.tls.is_some(),
+            certificate: config
+                .server
+                .tls
+                .as_ref()
+                .and_then(|t| crate::config::certificate::Certificate::of_pem_file(&t.cert).ok()),
             web_actions: config.admin.actions,
         },
         inbox: inbox.describe(),
@@ -201,8 +208,9 @@ fn write_text(r: &Report, out: &mut impl Write) -> std::io::Result<()> {
     writeln!(out, "config {} parses and validates", r.config)?;
     writeln!(
         out,
-        "  listen  {}  (admin and web inbox {}, {})",
+        "  listen  {} {}  (admin and web inbox {}, {})",
         r.listeners.public,
+        if r.listeners.tls { "HTTPS" } else { "HTTP" },
         r.listeners.admin,
         if r.listeners.web_actions {
             "actions on"
@@ -210,6 +218,22 @@ fn write_text(r: &Report, out: &mut impl Write) -> std::io::Result<()> {
             "read-only"
         }
     )?;
+    if let Some(c) = &r.listeners.certificate {
+        // Validation read the pair with rustls, which refuses a key that is not the
+        // certificate's.
+        writeln!(
+            out,
+            "  tls     certificate for {}; issued by {}{}; {}; the key matches",
+            if c.names.is_empty() {
+                "no names (clients will refuse it)".to_owned()
+            } else {
+                c.names.join(", ")
+            },
+            c.issuer,
+            if c.self_signed { " (self-signed)" } else { "" },
+            c.expiry_in_words(crate::clock::unix_now())
+        )?;
+    }
     writeln!(
         out,
         "  inbox   {}  ({}, {})",

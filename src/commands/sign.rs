@@ -145,12 +145,27 @@ pub fn run(config: &Config, args: &Args, out: &mut impl Write) -> anyhow::Result
             }
         }
         Format::Curl => {
-            let mut url = format!("http://{}{path}", reachable(config.server.listen));
+            let (base, reach) = listener_url(config)?;
+            let mut url = format!("{base}{path}");
             if let Some(q) = &sample.query {
                 url.push('?');
                 url.push_str(q);
             }
+            if reach.iter().any(|o| o == "--insecure") {
+                writeln!(
+                    out,
+                    "# {} names neither a host nor this address: curl cannot check it",
+                    config
+                        .server
+                        .tls
+                        .as_ref()
+                        .map_or(String::new(), |t| t.cert.display().to_string())
+                )?;
+            }
             write!(out, "curl -sS -i -X {} {}", sample.method, quote(&url))?;
+            for option in reach {
+                write!(out, " \\\n  {option}")?;
+            }
             let has_type = sample
                 .headers
                 .iter()
@@ -199,6 +214,53 @@ fn learnt_secret(
         .find(|(s, _)| s == source)
         .map(|(_, secret)| crate::secret::Secret::new(secret));
     Ok(secret)
+}
+
+/// The base URL of the public listener as a client on this machine reaches it, and the
+/// curl options that takes. With TLS, the URL names what the certificate covers, and
+/// `--resolve` sends it to the local listener, so that curl checks the certificate as a
+/// provider would; a self-signed one is trusted with `--cacert`, one that names neither a
+/// host nor this address only with `--insecure`.
+fn listener_url(config: &Config) -> anyhow::Result<(String, Vec<String>)> {
+    let addr = reachable(config.server.listen);
+    let Some(tls) = &config.server.tls else {
+        return Ok((format!("http://{addr}"), Vec::new()));
+    };
+    let cert = crate::config::certificate::Certificate::of_pem_file(&tls.cert)
+        .map_err(|e| anyhow::anyhow!("server.tls: {e}"))?;
+    let port = addr.port();
+    let authority = |host: &str| match port {
+        443 => host.to_owned(),
+        _ => format!("{host}:{port}"),
+    };
+    let mut options = Vec::new();
+    let base = match cert.name_to_reach() {
+        Some(name) if name.parse::<std::net::IpAddr>().is_err() => {
+            let ip = match addr.ip() {
+                std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+                v4 => v4.to_string(),
+            };
+            options.push(format!(
+                "--resolve {}",
+                quote(&format!("{name}:{port}:{ip}"))
+            ));
+            format!("https://{}", authority(name))
+        }
+        Some(ip) if ip.parse::<std::net::IpAddr>().ok() == Some(addr.ip()) => {
+            format!("https://{addr}")
+        }
+        _ => {
+            options.push("--insecure".into());
+            return Ok((format!("https://{addr}"), options));
+        }
+    };
+    if cert.self_signed {
+        options.push(format!(
+            "--cacert {}",
+            quote(&tls.cert.display().to_string())
+        ));
+    }
+    Ok((base, options))
 }
 
 /// The address to reach a listener at: a wildcard bind is reached on loopback.

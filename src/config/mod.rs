@@ -12,6 +12,7 @@
 //! - `warnings`: what works but an operator should hear about;
 //! - `reference`: every table and key with its default and meaning, for the man page.
 
+pub mod certificate;
 mod raw;
 pub mod reference;
 mod tls;

@@ -131,6 +131,9 @@ impl Config {
                 self.store.path.parent().unwrap_or(Path::new("/")).display()
             ));
         }
+        if let Some(tls) = &self.server.tls {
+            out.extend(certificate_warnings(&tls.cert, crate::clock::unix_now()));
+        }
         if !self.admin.listen.ip().is_loopback() {
             out.push(format!(
                 "admin.listen {} is not a loopback address; /metrics, /readyz and the web inbox \
@@ -179,6 +182,36 @@ impl Config {
         }
         out
     }
+}
+
+/// How long before its expiry a served certificate is warned about: Let's Encrypt's
+/// certificates are renewed at 30 days left, so 14 means renewal has failed for two weeks.
+pub const CERTIFICATE_WARNING_DAYS: i64 = 14;
+
+/// A certificate that providers will refuse, or soon will.
+fn certificate_warnings(path: &Path, now: i64) -> Vec<String> {
+    // An unreadable file is validation's error, not a warning.
+    let Ok(cert) = super::certificate::Certificate::of_pem_file(path) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let left = cert.not_after - now;
+    if left <= CERTIFICATE_WARNING_DAYS * 86_400 {
+        out.push(format!(
+            "server.tls.cert {}: {}; providers refuse an expired certificate: renew it (the \
+             listener reads the files again on `systemctl reload hookinbox`)",
+            path.display(),
+            cert.expiry_in_words(now)
+        ));
+    }
+    if cert.self_signed {
+        out.push(format!(
+            "server.tls.cert {} is self-signed: providers that verify certificates (most do) \
+             will refuse it; use it for tests, or a certificate from a CA ([server.tls.acme])",
+            path.display()
+        ));
+    }
+    out
 }
 
 /// Where the packaged unit may be installed, and its state directory.

@@ -120,6 +120,93 @@ async fn a_signed_webhook_arrives_over_https() {
     server.stop().await;
 }
 
+/// What an operator runs to see the listener's TLS and to try it: `check` describes the
+/// certificate, and the curl command `sign` prints reaches the listener with the certificate
+/// checked, as a provider would (by name, trusting the self-signed certificate).
+#[tokio::test]
+async fn check_describes_the_certificate_and_the_curl_sign_prints_gets_through_https() {
+    if std::process::Command::new("curl")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        return skip(
+            "CURL",
+            "check_describes_the_certificate_and_the_curl_sign_prints_gets_through_https",
+            "no curl",
+        );
+    }
+    let certs = tempfile::tempdir().unwrap();
+    let (_, cert, key) = self_signed(certs.path());
+    let tls_block = format!(
+        "[server.tls]\ncert = {:?}\nkey = {:?}\n",
+        cert.display().to_string(),
+        key.display().to_string()
+    );
+    // The port in the file, as an operator's config has it, for the URL `sign` prints.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let settings = SERVER
+        .replacen("127.0.0.1:0", &format!("127.0.0.1:{port}"), 1)
+        .replace("\n[admin]", &format!("\n{tls_block}\n[admin]"));
+    let server = TestServer::start_with(&settings, ONE_SOURCE).await;
+    let config = server.config.path.display().to_string();
+
+    let (code, out, err) = hookinbox(&["check", "--config", &config]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(" HTTPS  (admin"), "{out}");
+    assert!(
+        out.contains("tls     certificate for 127.0.0.1, localhost; issued by CN=rcgen self signed cert (self-signed); expires 4096-01-01"),
+        "{out}"
+    );
+    assert!(out.contains("the key matches"), "{out}");
+    assert!(out.contains("is self-signed: providers"), "{out}");
+
+    let (code, curl, err) = hookinbox(&[
+        "sign", "--source", "sw", "--config", &config, "--id", "msg_curl", "--format", "curl",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        curl.contains(&format!("'https://localhost:{port}/hooks/sw'")),
+        "{curl}"
+    );
+    assert!(
+        curl.contains(&format!("--resolve 'localhost:{port}:127.0.0.1'")),
+        "{curl}"
+    );
+    assert!(curl.contains("--cacert"), "{curl}");
+    assert!(!curl.contains("--insecure"), "{curl}");
+    // The server runs on this test's runtime: curl must not block it.
+    let ran = tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::process::Command::new("sh")
+            .args(["-c", &curl])
+            .output(),
+    )
+    .await
+    .expect("curl answered")
+    .unwrap();
+    let answer = String::from_utf8_lossy(&ran.stdout);
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "{answer}{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    assert!(server.stored_body("sw", "msg_curl").is_some());
+
+    // A key that is not the certificate's: check refuses the pair and names the files.
+    let other = tempfile::tempdir().unwrap();
+    let (_, _, other_key) = self_signed(other.path());
+    std::fs::copy(&other_key, &key).unwrap();
+    let (code, out, err) = hookinbox(&["check", "--config", &config]);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(err.contains("do not go together"), "{err}");
+    server.stop().await;
+}
+
 fn remote_addr(server: &TestServer, id: &str) -> String {
     server
         .read()
