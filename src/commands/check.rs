@@ -108,11 +108,11 @@ fn allow_from_lines(allow: &crate::config::AllowFrom) -> Vec<String> {
     let ranges = allow.ranges.iter().map(|r| r.to_string());
     let lists = allow.lists.iter().map(|l| {
         let what = l.provider.addresses.as_ref().map_or("", |a| a.what);
+        // Daily: `receive::allow::REFRESH`.
         format!(
-            "{}: {what}, from {}, fetched every {} and kept in the inbox",
+            "{}: {what}, from {}, fetched at start-up and daily, kept in the inbox",
             l.name(),
             l.url,
-            humantime::format_duration(crate::receive::allow::REFRESH)
         )
     });
     ranges.chain(lists).collect()

@@ -254,3 +254,45 @@ async fn a_kept_list_a_week_old_is_used_and_announced_stale() {
     );
     server.stop().await;
 }
+
+#[test]
+fn check_says_what_each_entry_of_allow_from_means() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("hookinbox.toml");
+    let sources = r#"
+[[sources]]
+name = "gh"
+scheme = "github"
+secrets = ["s"]
+allow_from = ["192.30.252.0/22", "::ffff:10.0.0.0/104", "github"]
+"#;
+    std::fs::write(
+        &config,
+        config_text(SERVER, &dir.path().join("inbox.db"), sources),
+    )
+    .unwrap();
+    let (code, out, err) = hookinbox(&["check", "--config", config.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    for line in [
+        "allow from (403 for any other address, before the body is read):",
+        "            192.30.252.0/22\n",
+        "            10.0.0.0/8\n",
+        "            github: the `hooks` ranges of GitHub's meta API, from \
+         https://api.github.com/meta, fetched at start-up and daily, kept in the inbox",
+    ] {
+        assert!(out.contains(line), "{line:?} not in:\n{out}");
+    }
+    let typo = config_text(
+        SERVER,
+        &dir.path().join("inbox.db"),
+        &sources.replace("\"github\"]", "\"gihtub\"]"),
+    );
+    std::fs::write(&config, typo).unwrap();
+    let (code, _, err) = hookinbox(&["check", "--config", config.to_str().unwrap()]);
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        err.contains("allow_from[2]: \"gihtub\" is not an address or range")
+            && err.contains("nor a provider that publishes its webhook addresses (github, stripe)"),
+        "{err}"
+    );
+}
