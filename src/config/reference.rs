@@ -67,7 +67,8 @@ const FILE: &[Section] = &[
     Section {
         header: "[server]",
         about: "The public webhook listener and its limits. A reload (SIGHUP) applies \
-                trusted_proxies and re-reads the TLS files; the rest only a restart applies.",
+                trusted_proxies and allow_lists and re-reads the TLS files; the rest only a \
+                restart applies.",
         keys: &[
             Key {
                 name: "listen",

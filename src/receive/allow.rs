@@ -180,15 +180,23 @@ pub async fn run(
         .user_agent(concat!("hookinbox/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|e| format!("cannot make an HTTPS client ({e}); is ca-certificates installed?"));
-    // When each list is due, and how many fetches of it failed in a row.
-    let mut due: HashMap<&'static str, (Instant, u32)> = HashMap::new();
+    // When each list is due, how many fetches of it failed in a row, and from where.
+    let mut due: HashMap<&'static str, (Instant, u32, reqwest::Url)> = HashMap::new();
     loop {
         let current = sources.borrow_and_update().clone();
         lists.load_kept(&store, &metrics, &current).await;
         let wanted = wanted(&current);
-        due.retain(|provider, _| wanted.iter().any(|l| l.name() == *provider));
+        // A list no source names any more is forgotten; one a reload moved to another URL
+        // is fetched from there at once.
+        due.retain(|provider, (_, _, url)| {
+            wanted
+                .iter()
+                .any(|l| l.name() == *provider && l.url == *url)
+        });
         for list in &wanted {
-            let (at, failures) = due.entry(list.name()).or_insert((Instant::now(), 0));
+            let (at, failures, _) =
+                due.entry(list.name())
+                    .or_insert((Instant::now(), 0, list.url.clone()));
             if *at > Instant::now() {
                 continue;
             }
@@ -233,7 +241,7 @@ pub async fn run(
                 }
             }
         }
-        let next = due.values().map(|(at, _)| *at).min();
+        let next = due.values().map(|(at, _, _)| *at).min();
         let sleep = next.map_or(REFRESH, |at| at.saturating_duration_since(Instant::now()));
         tokio::select! {
             () = tokio::time::sleep(sleep) => {}

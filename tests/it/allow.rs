@@ -152,10 +152,14 @@ async fn behind_a_trusted_proxy_the_client_it_names_decides_and_a_forged_header_
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_providers_list_is_fetched_kept_and_used_after_its_api_fails_and_a_restart() {
+async fn a_providers_list_is_fetched_kept_and_used_after_its_api_fails_and_a_restart(
+    backend: Backend,
+) {
     let meta = FakeMeta::start(&["192.30.252.0/22", "127.0.0.0/8", "2a0a:a440::/29"]).await;
-    let server = TestServer::start(&github_source(&meta, "")).await;
+    let test = "allow::a_providers_list_is_fetched_kept_and_used_after_its_api_fails";
+    let Some(server) = TestServer::on(backend, test, &github_source(&meta, "")).await else {
+        return;
+    };
     let fetched = "hookinbox_allow_list_updated_timestamp_seconds{provider=\"github\"}";
     let at = wait_metric(&server, fetched, 1.0).await;
     assert!(at > hookinbox::clock::unix_now() as f64 - 60.0, "{at}");
@@ -183,6 +187,8 @@ async fn a_providers_list_is_fetched_kept_and_used_after_its_api_fails_and_a_res
     assert!((kept_at - at).abs() < 5.0, "{kept_at} {at}");
     server.stop().await;
 }
+
+on_both_backends!(a_providers_list_is_fetched_kept_and_used_after_its_api_fails_and_a_restart);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_any_list_yet_a_request_is_answered_503_and_not_stored() {
