@@ -94,6 +94,15 @@ impl Lists {
             .insert(provider, ranges.into());
     }
 
+    /// Forgets the lists no source names any more: named again, a list is read back from
+    /// the inbox, with its age.
+    fn keep_only(&self, wanted: &[AllowList]) {
+        self.known
+            .write()
+            .expect("no panics while holding the lock")
+            .retain(|provider, _| wanted.iter().any(|l| l.name() == *provider));
+    }
+
     fn has(&self, provider: &str) -> bool {
         self.known
             .read()
@@ -184,8 +193,9 @@ pub async fn run(
     let mut due: HashMap<&'static str, (Instant, u32, reqwest::Url)> = HashMap::new();
     loop {
         let current = sources.borrow_and_update().clone();
-        lists.load_kept(&store, &metrics, &current).await;
         let wanted = wanted(&current);
+        lists.keep_only(&wanted);
+        lists.load_kept(&store, &metrics, &current).await;
         // A list no source names any more is forgotten; one a reload moved to another URL
         // is fetched from there at once.
         due.retain(|provider, (_, _, url)| {
