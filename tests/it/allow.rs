@@ -302,3 +302,25 @@ allow_from = ["192.30.252.0/22", "::ffff:10.0.0.0/104", "github"]
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_pins_a_running_source_and_unpins_it() {
+    let open = ONE_SOURCE.to_owned();
+    let pinned = ONE_SOURCE.replace(
+        "[[sources.targets]]",
+        "allow_from = [\"192.0.2.0/24\"]\n[[sources.targets]]",
+    );
+    let mut server = TestServer::start(&open).await;
+    assert_eq!(post_signed(&server, "sw", "evt_before").await.0, 200);
+    server.reload(&pinned).await.unwrap();
+    assert_eq!(post_signed(&server, "sw", "evt_pinned").await.0, 403);
+    server.reload(&open).await.unwrap();
+    assert_eq!(post_signed(&server, "sw", "evt_after").await.0, 200);
+    assert_eq!(
+        server
+            .inbox()
+            .strings("SELECT event_id FROM events WHERE source = 'sw' ORDER BY id"),
+        ["evt_before", "evt_after"]
+    );
+    server.stop().await;
+}
