@@ -324,3 +324,35 @@ async fn a_reload_pins_a_running_source_and_unpins_it() {
     );
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ipv4_client_on_a_dual_stack_listener_matches_ipv4_ranges() {
+    let test = "allow::an_ipv4_client_on_a_dual_stack_listener_matches_ipv4_ranges";
+    if let Err(e) = std::net::TcpListener::bind("[::]:0") {
+        skip("IPV6", test, &format!("no IPv6 socket here ({e})"));
+        return;
+    }
+    let dual_stack = SERVER.replacen("listen = \"127.0.0.1:0\"", "listen = \"[::]:0\"", 1);
+    let sources = [
+        source("inside", r#"["127.0.0.0/8"]"#),
+        source("outside", r#"["192.0.2.0/24"]"#),
+    ]
+    .concat();
+    let server = TestServer::start_with(&dual_stack, &sources).await;
+    // To the IPv4 loopback: the socket sees ::ffff:127.0.0.1.
+    let v4 = format!("http://127.0.0.1:{}", server.public_addr().port());
+    let post = |source: &'static str, id: &'static str| {
+        let req = server.sign(source, id, &event_body(id, ""));
+        let (client, v4) = (server.client.clone(), v4.clone());
+        async move { send(&client, &v4, source, &req).await.unwrap().status() }
+    };
+    assert_eq!(post("inside", "evt_v4").await, 200);
+    assert_eq!(post("outside", "evt_v4_out").await, 403);
+    assert_eq!(
+        server
+            .inbox()
+            .strings("SELECT source || ' ' || remote_addr FROM events"),
+        ["inside ::ffff:127.0.0.1"]
+    );
+    server.stop().await;
+}

@@ -69,7 +69,8 @@
 //!   anywhere else, the client a trusted proxy names, a provider's list fetched from a
 //!   local stand-in for GitHub's meta API, kept, used after the API fails and a restart,
 //!   503 while none was ever had, a week-old list announced stale, a reload pinning and
-//!   unpinning a running source, and `check` saying what each entry means.
+//!   unpinning a running source, an IPv4 client on a dual-stack listener, and `check` saying
+//!   what each entry means.
 //! - `house`: the code's shape: no files of `src/` import each other round a circle.
 //! - `fuzz_corpora`: every committed fuzz corpus file replayed through the fuzz harness
 //!   (signature parsers in process, raw HTTP bytes through the real service).
