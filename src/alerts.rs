@@ -1,5 +1,6 @@
 //! Conditions an operator should hear about without looking: a source gone silent, a
-//! target failing, signature rejections rising, new conflicts, new dead deliveries.
+//! target failing, signature rejections rising, new conflicts, new dead deliveries, a
+//! provider's address list that no longer refreshes.
 //!
 //! One task ([`run`]) judges them every few seconds from the inbox (through the read pool,
 //! with the same queries as the web inbox's overview, [`crate::store::stats`]) and from the
@@ -22,6 +23,7 @@ use tokio::sync::watch;
 use crate::clock;
 use crate::config::{Source, Target};
 use crate::metrics::{FailureLabels, Metrics};
+use crate::receive::allow;
 use crate::store::Db;
 use crate::store::{self, NewEvent, Store, stats};
 
@@ -40,6 +42,9 @@ pub const REJECTIONS: u64 = 10;
 /// How long new conflicts and new dead deliveries stay an active condition after the last
 /// one: the banner stays up for an hour, and the notification goes out once.
 pub const NEWS_FOR: Duration = Duration::from_secs(3600);
+/// A list a source allows that has not been had this long after the start is news: the
+/// first fetch, and two retries, have failed, and the source answers 503.
+pub const NEVER_FETCHED_AFTER: Duration = Duration::from_secs(120);
 /// How often conditions are judged at most and at least. Between, a quarter of the
 /// shortest `expect_every` or `alert_pending_age`, so a short threshold is noticed soon.
 const JUDGE_MAX: Duration = Duration::from_secs(15);
@@ -59,15 +64,19 @@ pub enum AlertKind {
     NewConflicts,
     /// Deliveries that died within [`NEWS_FOR`].
     NewDeadDeliveries,
+    /// A provider's address list that a source allows was last fetched longer than
+    /// [`allow::STALE_AFTER`] ago, or never since [`NEVER_FETCHED_AFTER`].
+    AllowListStale,
 }
 
 impl AlertKind {
-    const ALL: [AlertKind; 5] = [
+    const ALL: [AlertKind; 6] = [
         AlertKind::SourceSilent,
         AlertKind::TargetFailing,
         AlertKind::RejectionsRising,
         AlertKind::NewConflicts,
         AlertKind::NewDeadDeliveries,
+        AlertKind::AllowListStale,
     ];
 
     fn from_word(word: &str) -> Option<AlertKind> {
@@ -82,6 +91,7 @@ impl AlertKind {
             AlertKind::RejectionsRising => "rejections_rising",
             AlertKind::NewConflicts => "new_conflicts",
             AlertKind::NewDeadDeliveries => "new_dead_deliveries",
+            AlertKind::AllowListStale => "allow_list_stale",
         }
     }
 }
@@ -121,6 +131,8 @@ struct Rules {
     targets: Vec<(String, String, f64, Duration)>,
     /// Whether any `[[alerts]]` target is configured, and their names.
     alert_targets: Vec<String>,
+    /// The providers' address lists each source allows.
+    allow_lists: Vec<(String, Vec<&'static str>)>,
 }
 
 /// The conditions active now, and the rules they are judged by.
@@ -158,6 +170,14 @@ impl Board {
                 })
                 .collect(),
             alert_targets: alerts.iter().map(|t| t.name.clone()).collect(),
+            allow_lists: sources
+                .iter()
+                .filter_map(|s| {
+                    let lists = &s.allow_from.as_ref()?.lists;
+                    let names = lists.iter().map(|l| l.name()).collect::<Vec<_>>();
+                    (!names.is_empty()).then(|| (s.name.clone(), names))
+                })
+                .collect(),
         };
         *self
             .rules
@@ -575,6 +595,8 @@ fn judge(
         });
     }
 
+    out.extend(stale_allow_lists(db, rules, now, started)?);
+
     let news_since = clock::iso(now - NEWS_FOR);
     for (source, n, first) in stats::new_conflicts(db, &news_since)? {
         if source == SOURCE {
@@ -608,6 +630,71 @@ fn judge(
             source,
             target: Some(target),
             since: first,
+        });
+    }
+    Ok(out)
+}
+
+/// The sources whose providers' address lists have not been fetched for
+/// [`allow::STALE_AFTER`] (judged from the inbox, where every replica keeps them), or not at
+/// all since [`NEVER_FETCHED_AFTER`] after the start.
+fn stale_allow_lists(
+    db: Db,
+    rules: &Rules,
+    now: SystemTime,
+    started: SystemTime,
+) -> anyhow::Result<Vec<Condition>> {
+    if rules.allow_lists.is_empty() {
+        return Ok(Vec::new());
+    }
+    let kept = store::kept::with_prefix(db, allow::KEPT_PREFIX)?;
+    let fetched = |provider: &str| {
+        let name = allow::kept_name(provider);
+        kept.iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, k)| humantime::parse_rfc3339(&k.updated_at).unwrap_or(started))
+    };
+    let mut out = Vec::new();
+    for (source, providers) in &rules.allow_lists {
+        let mut stale: Vec<(SystemTime, String)> = Vec::new();
+        for provider in providers {
+            match fetched(provider) {
+                Some(at) if now.duration_since(at).unwrap_or_default() > allow::STALE_AFTER => {
+                    stale.push((
+                        at + allow::STALE_AFTER,
+                        format!(
+                            "{provider}'s was last fetched at {}: it stays in use, and an \
+                             address {provider} added since is refused (403)",
+                            clock::iso(at)
+                        ),
+                    ));
+                }
+                None if now.duration_since(started).unwrap_or_default() > NEVER_FETCHED_AFTER => {
+                    stale.push((
+                        started + NEVER_FETCHED_AFTER,
+                        format!(
+                            "{provider}'s was never fetched, so the source answers 503 to \
+                             whatever that list would allow"
+                        ),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        let Some(since) = stale.iter().map(|(at, _)| *at).min() else {
+            continue;
+        };
+        let which: Vec<String> = stale.into_iter().map(|(_, w)| w).collect();
+        out.push(Condition {
+            kind: AlertKind::AllowListStale,
+            source: source.clone(),
+            target: None,
+            since: clock::iso(since),
+            detail: format!(
+                "of the providers' address lists allow_from names, {}; `journalctl -u \
+                 hookinbox` says why the fetch fails",
+                which.join("; ")
+            ),
         });
     }
     Ok(out)

@@ -103,6 +103,8 @@ struct Configured {
     targets: BTreeSet<TargetLabels>,
     /// Sources with `recover`, and their provider.
     recovering: BTreeSet<(String, &'static str)>,
+    /// The providers whose address lists sources allow.
+    allow_lists: BTreeSet<AllowListLabels>,
 }
 
 pub struct Metrics {
@@ -155,7 +157,24 @@ pub struct Metrics {
     pub recovery_errors: Family<ProviderLabels, Counter>,
     /// Calls to providers' APIs, by result (`ok`, `rate_limited`, `error`).
     pub recovery_api_requests: Family<ApiLabels, Counter>,
+    /// Unix seconds of the last fetch of each provider's address list that sources allow
+    /// (`allow_from`), as kept in the inbox; 0 while none was ever had.
+    pub allow_list_updated: Family<AllowListLabels, FloatGauge>,
+    /// Fetches of those lists, by result (`ok`, `error`).
+    pub allow_list_refreshes: Family<AllowRefreshLabels, Counter>,
     configured: Mutex<Configured>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct AllowListLabels {
+    pub provider: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AllowRefreshLabels {
+    pub provider: &'static str,
+    /// `ok` or `error`.
+    pub result: &'static str,
 }
 
 /// The kinds of `hookinbox_gaps_total`.
@@ -382,8 +401,23 @@ impl Metrics {
             "Calls to providers' APIs by recovery, by result",
             recovery_api_requests.clone(),
         );
+        let allow_list_updated = Family::<AllowListLabels, FloatGauge>::default();
+        registry.register(
+            "allow_list_updated_timestamp_seconds",
+            "Unix time the provider's list of webhook addresses (a source's allow_from) was \
+             last fetched, as kept in the inbox; 0 while none has been",
+            allow_list_updated.clone(),
+        );
+        let allow_list_refreshes = Family::<AllowRefreshLabels, Counter>::default();
+        registry.register(
+            "allow_list_refreshes",
+            "Fetches of providers' lists of webhook addresses, by result (ok, error)",
+            allow_list_refreshes.clone(),
+        );
         root.register_collector(Box::new(process::Collector));
         Metrics {
+            allow_list_updated,
+            allow_list_refreshes,
             gaps,
             recovered_events,
             recovery_errors,
@@ -484,6 +518,12 @@ impl Metrics {
                     Some((s.name.clone(), r.api.provider()))
                 })
                 .collect(),
+            allow_lists: sources
+                .iter()
+                .filter_map(|s| s.allow_from.as_ref())
+                .flat_map(|a| &a.lists)
+                .map(|l| AllowListLabels { provider: l.name() })
+                .collect(),
         };
         let mut last = self
             .configured
@@ -498,6 +538,21 @@ impl Metrics {
                     source: gone.source.clone(),
                     kind,
                 });
+            }
+        }
+        for gone in last.allow_lists.difference(&configured.allow_lists) {
+            self.allow_list_updated.remove(gone);
+        }
+        for labels in &configured.allow_lists {
+            ensure(&self.allow_list_updated, labels);
+            for result in ["ok", "error"] {
+                ensure(
+                    &self.allow_list_refreshes,
+                    &AllowRefreshLabels {
+                        provider: labels.provider,
+                        result,
+                    },
+                );
             }
         }
         for gone in last.targets.difference(&configured.targets) {
@@ -639,6 +694,23 @@ impl Metrics {
         {
             gauge.set(crate::clock::unix_f64(at));
         }
+    }
+
+    /// `provider`'s address list was fetched at `at` (now, or as the inbox kept it).
+    pub fn allow_list_fetched(&self, provider: &'static str, at: SystemTime) {
+        self.allow_list_updated
+            .get_or_create(&AllowListLabels { provider })
+            .set(crate::clock::unix_f64(at));
+    }
+
+    /// A fetch of `provider`'s address list ended.
+    pub fn allow_list_refreshed(&self, provider: &'static str, ok: bool) {
+        self.allow_list_refreshes
+            .get_or_create(&AllowRefreshLabels {
+                provider,
+                result: if ok { "ok" } else { "error" },
+            })
+            .inc();
     }
 
     /// The registry in the Prometheus/OpenMetrics text format.

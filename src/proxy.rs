@@ -32,6 +32,17 @@ impl Cidr {
                 .ok_or_else(bad)?,
             None => max,
         };
+        // A range written IPv4-mapped (`::ffff:192.0.2.0/120`) is an IPv4 range: `contains`
+        // sees a mapped peer as the IPv4 address it is.
+        if let IpAddr::V6(v6) = addr
+            && let Some(v4) = v6.to_ipv4_mapped()
+            && prefix >= 96
+        {
+            return Ok(Cidr {
+                addr: IpAddr::V4(v4),
+                prefix: prefix - 96,
+            });
+        }
         Ok(Cidr { addr, prefix })
     }
 
@@ -55,6 +66,18 @@ impl Cidr {
                 u128::from(net) & mask == u128::from(ip) & mask
             }
             _ => false,
+        }
+    }
+}
+
+/// As written in a configuration: `10.0.0.0/8`, or the bare address for a single one.
+impl std::fmt::Display for Cidr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let single = self.prefix == if self.addr.is_ipv4() { 32 } else { 128 };
+        if single {
+            write!(f, "{}", self.addr)
+        } else {
+            write!(f, "{}/{}", self.addr, self.prefix)
         }
     }
 }
@@ -116,6 +139,17 @@ mod tests {
                 .contains("8.8.8.8".parse().unwrap())
         );
         assert!(Cidr::parse("10.0.0.0/33").is_err());
+        // Written IPv4-mapped, a range is the IPv4 one; a mapped peer is found in either.
+        let mapped = Cidr::parse("::ffff:192.0.2.0/120").unwrap();
+        assert_eq!(mapped, Cidr::parse("192.0.2.0/24").unwrap());
+        assert!(mapped.contains("::ffff:192.0.2.9".parse().unwrap()));
+        let v6 = Cidr::parse("2a0a:a440::/29").unwrap();
+        assert!(v6.contains("2a0a:a447:1::1".parse().unwrap()));
+        assert!(!v6.contains("2a0a:a448::1".parse().unwrap()));
+        assert!(!v6.contains("192.30.252.1".parse().unwrap()));
+        for text in ["192.30.252.0/22", "2a0a:a440::/29", "127.0.0.1", "::1"] {
+            assert_eq!(Cidr::parse(text).unwrap().to_string(), text);
+        }
         assert!(Cidr::parse("localhost").is_err());
     }
 

@@ -58,6 +58,9 @@ struct SourceReport {
     expect_every: Option<String>,
     /// What fills the source's gaps (`recover`), in words; null without it.
     recover: Option<String>,
+    /// The only addresses requests are taken from (`allow_from`), each range as written
+    /// and each provider's list with what it is and where it is fetched; null: any.
+    allow_from: Option<Vec<String>>,
     targets: Vec<TargetReport>,
 }
 
@@ -102,6 +105,21 @@ fn recover_line(r: &crate::config::Recover) -> String {
     )
 }
 
+/// Each entry of `allow_from`, in words: a range as written, a provider's list as what it is.
+fn allow_from_lines(allow: &crate::config::AllowFrom) -> Vec<String> {
+    let ranges = allow.ranges.iter().map(|r| r.to_string());
+    let lists = allow.lists.iter().map(|l| {
+        let what = l.provider.addresses.as_ref().map_or("", |a| a.what);
+        // Daily: `receive::allow::REFRESH`.
+        format!(
+            "{}: {what}, from {}, fetched at start-up and daily, kept in the inbox",
+            l.name(),
+            l.url,
+        )
+    });
+    ranges.chain(lists).collect()
+}
+
 fn report(config: &Config) -> Report {
     let sources = config
         .sources
@@ -123,6 +141,7 @@ fn report(config: &Config) -> Report {
                 .expect_every
                 .map(|d| humantime::format_duration(d).to_string()),
             recover: s.recover.as_ref().map(recover_line),
+            allow_from: s.allow_from.as_ref().map(allow_from_lines),
             targets: s.targets.iter().map(target_report).collect(),
         })
         .collect();
@@ -266,6 +285,15 @@ fn write_text(r: &Report, out: &mut impl Write) -> std::io::Result<()> {
         }
         if let Some(recover) = &s.recover {
             writeln!(out, "          recover {recover}")?;
+        }
+        if let Some(allowed) = &s.allow_from {
+            writeln!(
+                out,
+                "          allow from (403 for any other address, before the body is read):"
+            )?;
+            for entry in allowed {
+                writeln!(out, "            {entry}")?;
+            }
         }
         for t in &s.targets {
             writeln!(out, "          target {:<10} {}", t.name, target_line(t))?;

@@ -24,6 +24,7 @@ use crate::admin::Admin;
 use crate::config::{self, Config, Source};
 use crate::deliver::{self, Deliverer};
 use crate::metrics::Metrics;
+use crate::receive::allow;
 use crate::receive::listener::{self, Limits};
 use crate::receive::tls;
 use crate::receive::{BodyBudget, Outcome, Receiver};
@@ -153,6 +154,8 @@ pub struct Running {
     retention: retention::Settings,
     web: Arc<crate::web::Web>,
     board: Arc<crate::alerts::Board>,
+    /// The providers' address lists sources allow.
+    allow: Arc<allow::Lists>,
     /// The sources, for the heartbeat and recovery.
     sources: watch::Sender<Vec<Arc<Source>>>,
     tls: Option<tls::Acceptor>,
@@ -243,6 +246,11 @@ impl Running {
         // First, so that the new sources' series are there before their first request.
         self.metrics
             .configure(&sources, &config.alerts, &Outcome::COUNTED);
+        // A provider list a source now names is read from the inbox before the source takes
+        // a request; the task that fetches the lists hears of the new sources below.
+        self.allow
+            .load_kept(&self.store, &self.metrics, &sources)
+            .await;
         deliverer.switch(planned);
         self.receiver
             .reload(&sources, config.server.trusted_proxies.clone());
@@ -391,7 +399,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     // With replicas each recovers the gaps it recorded (a down gap is recorded by the one
     // replica that started when none was receiving) and runs its own safety net.
     let recover_task = tokio::spawn(crate::recover::auto::run(
-        sources_rx,
+        sources_rx.clone(),
         store.clone(),
         metrics.clone(),
         gaps_at_start,
@@ -424,6 +432,18 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         learnt,
         watch,
     ));
+    // The providers' address lists, as kept, before the listener takes a request; then
+    // fetched afresh in the background.
+    let allow = receiver.allow_lists();
+    allow.load_kept(&store, &metrics, &sources).await;
+    let allow_task = tokio::spawn(allow::run(
+        allow.clone(),
+        store.clone(),
+        metrics.clone(),
+        sources_rx,
+        retention_stopped.clone(),
+    ));
+
     let admin_handler = Arc::new(Admin {
         metrics: metrics.clone(),
         web: web.clone(),
@@ -462,6 +482,10 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         // stops where it is.
         recover_task.abort();
         let _ = recover_task.await;
+        // A list's fetch may be waiting on the provider; what it did not keep is fetched
+        // again at the next start.
+        allow_task.abort();
+        let _ = allow_task.await;
         // The heartbeat writes the clean stop: no request is taken now. Bounded like the
         // writer's flush: a stalled disk must not hold the shutdown.
         let _ = heartbeat_stop.send(true);
@@ -495,6 +519,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         retention,
         web,
         board,
+        allow,
         sources: sources_tx,
         tls,
         restart_only,

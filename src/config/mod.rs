@@ -218,6 +218,33 @@ pub struct Source {
     pub secret_origins: Vec<Provenance>,
     /// The provider API that fills this source's gaps (`hookinbox recover`).
     pub recover: Option<Recover>,
+    /// The only addresses requests are taken from; None: any.
+    pub allow_from: Option<AllowFrom>,
+}
+
+/// A source's `allow_from`: requests from anywhere else are answered 403 before their body
+/// is read.
+#[derive(Debug, Clone)]
+pub struct AllowFrom {
+    /// The addresses and ranges written in the file.
+    pub ranges: Vec<crate::proxy::Cidr>,
+    /// Providers whose published addresses are allowed too, fetched and kept by serve.
+    pub lists: Vec<AllowList>,
+}
+
+/// A provider's published address list, and where it is fetched from.
+#[derive(Debug, Clone)]
+pub struct AllowList {
+    pub provider: &'static crate::scheme::providers::Provider,
+    /// The provider's own URL, or `server.allow_lists`' for it.
+    pub url: reqwest::Url,
+}
+
+impl AllowList {
+    /// The provider's name: the list's name in `allow_from`, the inbox and the metrics.
+    pub fn name(&self) -> &'static str {
+        self.provider.name
+    }
 }
 
 /// How often `serve` recovers the recent past of a source even without a known gap: a
@@ -758,6 +785,74 @@ url = "http://127.0.0.1:3000/hooks"
                 .any(|w| w.contains("does not sign the event data")),
             "{mailgun:?}"
         );
+    }
+
+    #[test]
+    fn allow_from_takes_ranges_and_the_providers_that_publish_theirs() {
+        let with = |entries: &str, server: &str| {
+            format!("[server]\n{server}\n{MINIMAL}").replace(
+                "[[sources.targets]]",
+                &format!("allow_from = {entries}\n[[sources.targets]]"),
+            )
+        };
+        let c = load(&with(
+            r#"["192.30.252.0/22", "2a0a:a440::/29", "203.0.113.7", "github", "stripe", "github"]"#,
+            "",
+        ))
+        .unwrap();
+        let allow = c.sources[0].allow_from.as_ref().unwrap();
+        assert_eq!(allow.ranges.len(), 3);
+        let lists: Vec<(&str, &str)> = allow
+            .lists
+            .iter()
+            .map(|l| (l.name(), l.url.as_str()))
+            .collect();
+        assert_eq!(
+            lists,
+            [
+                ("github", "https://api.github.com/meta"),
+                ("stripe", "https://stripe.com/files/ips/ips_webhooks.json")
+            ]
+        );
+        assert!(load(MINIMAL).unwrap().sources[0].allow_from.is_none());
+        let mirrored = load(&with(
+            r#"["github"]"#,
+            "allow_lists = { github = \"http://127.0.0.1:8001/meta\" }",
+        ))
+        .unwrap();
+        assert_eq!(
+            mirrored.sources[0].allow_from.as_ref().unwrap().lists[0]
+                .url
+                .as_str(),
+            "http://127.0.0.1:8001/meta"
+        );
+        for (entries, server, why) in [
+            (
+                r#"["gihtub"]"#,
+                "",
+                "allow_from[0]: \"gihtub\" is not an address",
+            ),
+            (
+                r#"["gihtub"]"#,
+                "",
+                "publishes its webhook addresses (github, stripe)",
+            ),
+            (r#"["slack"]"#, "", "allow_from[0]"),
+            ("[]", "", "allow_from is empty"),
+            (
+                r#"["github"]"#,
+                "allow_lists = { slack = \"https://x.example/\" }",
+                "server.allow_lists.slack",
+            ),
+            (
+                r#"["github"]"#,
+                "allow_lists = { github = \"http://mirror.example/meta\" }",
+                "must be https://",
+            ),
+        ] {
+            let e = err(&with(entries, server));
+            assert!(e.contains(why), "{entries} {server}: {e}");
+        }
     }
 
     #[test]

@@ -47,6 +47,10 @@ pub(super) struct RawServer {
     pub(super) body_budget: u64,
     #[serde(default)]
     pub(super) trusted_proxies: Vec<String>,
+    /// Where a provider's address list is fetched from instead of the provider's own URL,
+    /// by provider name.
+    #[serde(default)]
+    pub(super) allow_lists: std::collections::BTreeMap<String, String>,
     #[serde(default)]
     pub(super) tls: Option<Tls>,
 }
@@ -61,6 +65,7 @@ impl Default for RawServer {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             body_budget: DEFAULT_BODY_BUDGET,
             trusted_proxies: Vec::new(),
+            allow_lists: Default::default(),
             tls: None,
         }
     }
@@ -154,6 +159,9 @@ pub(super) struct RawSource {
     pub(super) order: Option<Order>,
     #[serde(default)]
     pub(super) recover: Option<RawRecover>,
+    /// Addresses, ranges and provider names; None (any address) differs from an empty list.
+    #[serde(default)]
+    pub(super) allow_from: Option<Vec<String>>,
     #[serde(default)]
     pub(super) targets: Vec<RawTarget>,
     /// Everything else: the scheme's own settings.

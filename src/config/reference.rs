@@ -67,7 +67,8 @@ const FILE: &[Section] = &[
     Section {
         header: "[server]",
         about: "The public webhook listener and its limits. A reload (SIGHUP) applies \
-                trusted_proxies and re-reads the TLS files; the rest only a restart applies.",
+                trusted_proxies and allow_lists and re-reads the TLS files; the rest only a \
+                restart applies.",
         keys: &[
             Key {
                 name: "listen",
@@ -121,6 +122,17 @@ const FILE: &[Section] = &[
                           \"10.0.0.0/8\". The client is then the nearest address from the \
                           right that is not a trusted proxy; it is logged and stored with \
                           the event.",
+            },
+            Key {
+                name: "allow_lists",
+                form: "table of provider = URL",
+                if_absent: IfAbsent::Derived("each provider's own list"),
+                meaning: "Where a provider's list of webhook addresses, as a source's \
+                          allow_from names it, is fetched from instead of the provider's \
+                          own URL: a mirror for a machine that cannot reach the provider, \
+                          or a local stand-in, like { github = \"https://mirror.internal/\
+                          github-meta.json\" }. The document must have the provider's \
+                          shape. https:// only, except to this machine.",
             },
             Key {
                 name: "tls",
@@ -368,6 +380,20 @@ const FILE: &[Section] = &[
                 meaning: "Fill the source's gaps from its provider's API (github, stripe): \
                           see [sources.recover]. Without it, hookinbox gaps still lists them \
                           and hookinbox recover cannot run for the source.",
+            },
+            Key {
+                name: "allow_from",
+                form: "list of addresses, ranges or provider names",
+                if_absent: IfAbsent::Off,
+                meaning: "Take requests only from these clients (the peer, or what a \
+                          trusted proxy says): \"192.30.252.0/22\", \"2a0a:a440::/29\", \
+                          \"203.0.113.7\", or a provider that publishes the addresses its \
+                          webhooks come from: github (its meta API's hooks), stripe. Any \
+                          other client is answered 403 before its body is read. A provider's \
+                          list is fetched at start-up and daily, and kept in the inbox: a \
+                          failed fetch, or a restart, goes on with the last good one; while \
+                          none was ever had, what it would allow is answered 503 (the \
+                          provider retries). Without allow_from, any address.",
             },
             Key {
                 name: "targets",
@@ -740,6 +766,7 @@ mod tests {
             id,
             order,
             recover,
+            allow_from,
             targets
         );
         let fields: BTreeSet<String> = fields.iter().map(|f| f.to_string()).collect();

@@ -126,6 +126,7 @@ pub(super) fn validate(
         .iter()
         .map(|t| crate::proxy::Cidr::parse(t).map_err(|e| format!("server.trusted_proxies: {e}")))
         .collect::<Result<Vec<_>, _>>()?;
+    let allow_lists = allow_lists(&s.allow_lists)?;
     let tls = s.tls.as_ref().map(|t| Tls {
         cert: paths.base.join(&t.cert),
         key: paths.base.join(&t.key),
@@ -146,7 +147,7 @@ pub(super) fn validate(
         if !names.insert(rs.name.clone()) {
             return Err(format!("{at}.name is used by two sources"));
         }
-        sources.push(validate_source(rs, &at, &paths)?);
+        sources.push(validate_source(rs, &at, &paths, &allow_lists)?);
     }
     let mut alert_names = HashSet::new();
     let mut alerts = Vec::with_capacity(raw.alerts.len());
@@ -194,7 +195,12 @@ pub(super) fn validate(
 /// second.
 const MIN_EXPECT_EVERY: Duration = Duration::from_secs(1);
 
-fn validate_source(rs: RawSource, at: &str, paths: &Paths) -> Result<Source, String> {
+fn validate_source(
+    rs: RawSource,
+    at: &str,
+    paths: &Paths,
+    allow_lists: &AllowLists,
+) -> Result<Source, String> {
     let Some(scheme_name) = rs.scheme else {
         let unknown: Vec<String> = rs.settings.keys().map(|k| format!("{k:?}")).collect();
         let hint = if unknown.is_empty() {
@@ -253,6 +259,10 @@ fn validate_source(rs: RawSource, at: &str, paths: &Paths) -> Result<Source, Str
         Some(r) => Some(validate_recover(r, &scheme, at, &load)?),
         None => None,
     };
+    let allow_from = match rs.allow_from {
+        Some(entries) => Some(allow_from(&entries, at, allow_lists)?),
+        None => None,
+    };
 
     let mut target_names = HashSet::new();
     let mut targets = Vec::with_capacity(rs.targets.len());
@@ -289,7 +299,93 @@ fn validate_source(rs: RawSource, at: &str, paths: &Paths) -> Result<Source, Str
         order: rs.order,
         secret_origins,
         recover,
+        allow_from,
     })
+}
+
+/// `server.allow_lists`: the URL each named provider's address list is fetched from.
+type AllowLists = std::collections::BTreeMap<&'static str, reqwest::Url>;
+
+fn allow_lists(raw: &std::collections::BTreeMap<String, String>) -> Result<AllowLists, String> {
+    raw.iter()
+        .map(|(name, url)| {
+            let Some(provider) = scheme::providers::find(name).filter(|p| p.addresses.is_some())
+            else {
+                return Err(format!(
+                    "server.allow_lists.{name}: {name:?} is not a provider that publishes its \
+                     webhook addresses; hookinbox knows the lists of {}",
+                    with_lists().join(", ")
+                ));
+            };
+            let url = provider_url(
+                url,
+                &format!("server.allow_lists.{name}"),
+                "the list decides who may send",
+            )?;
+            Ok((provider.name, url))
+        })
+        .collect()
+}
+
+/// The providers whose address lists hookinbox knows.
+fn with_lists() -> Vec<&'static str> {
+    scheme::providers::names_with(|p| p.addresses.is_some())
+}
+
+/// A source's `allow_from`: each entry an address, a range, or a provider's name.
+fn allow_from(entries: &[String], at: &str, lists: &AllowLists) -> Result<AllowFrom, String> {
+    if entries.is_empty() {
+        return Err(format!(
+            "{at}.allow_from is empty, which would refuse every request; list the addresses \
+             or providers to take requests from, or remove it to take them from anywhere"
+        ));
+    }
+    let mut allowed = AllowFrom {
+        ranges: Vec::new(),
+        lists: Vec::new(),
+    };
+    for (i, entry) in entries.iter().enumerate() {
+        let addresses =
+            scheme::providers::find(entry).and_then(|p| Some((p, p.addresses.as_ref()?)));
+        match (crate::proxy::Cidr::parse(entry), addresses) {
+            (Ok(range), _) => allowed.ranges.push(range),
+            (Err(_), Some((provider, list))) => {
+                if allowed.lists.iter().any(|l| l.name() == provider.name) {
+                    continue;
+                }
+                let url = match lists.get(provider.name) {
+                    Some(url) => url.clone(),
+                    None => {
+                        reqwest::Url::parse(list.url).map_err(|e| format!("{}: {e}", list.url))?
+                    }
+                };
+                allowed.lists.push(AllowList { provider, url });
+            }
+            (Err(e), None) => {
+                return Err(format!(
+                    "{at}.allow_from[{i}]: {e}, nor a provider that publishes its webhook \
+                     addresses ({})",
+                    with_lists().join(", ")
+                ));
+            }
+        }
+    }
+    Ok(allowed)
+}
+
+/// A URL of a provider's that serve fetches from: https, or http only to this machine (a
+/// local stand-in). `why` says what is at stake.
+fn provider_url(url: &str, key: &str, why: &str) -> Result<reqwest::Url, String> {
+    let base = reqwest::Url::parse(url).map_err(|e| format!("{key} {url:?} is not a URL: {e}"))?;
+    let loopback = base.host_str().is_some_and(crate::pgconn::is_this_machine);
+    if !(base.scheme() == "https" || (base.scheme() == "http" && loopback)) || base.host().is_none()
+    {
+        return Err(format!(
+            "{key} {url:?} must be https:// (http:// only to this machine, for a local \
+             stand-in): {why}"
+        ));
+    }
+    Ok(base)
 }
 
 /// `[store] backend` for the operator commands, which connect to a PostgreSQL inbox as serve
@@ -462,16 +558,11 @@ fn validate_recover(
         return Err(format!("{at}.every must be between 1m and 7d"));
     }
     let url = r.api_url.as_deref().unwrap_or(recovery.url);
-    let base =
-        reqwest::Url::parse(url).map_err(|e| format!("{at}.api_url {url:?} is not a URL: {e}"))?;
-    let loopback = base.host_str().is_some_and(crate::pgconn::is_this_machine);
-    if !(base.scheme() == "https" || (base.scheme() == "http" && loopback)) || base.host().is_none()
-    {
-        return Err(format!(
-            "{at}.api_url {url:?} must be https:// (http:// only to this machine, for a local \
-             stand-in): the API key travels with every request"
-        ));
-    }
+    let base = provider_url(
+        url,
+        &format!("{at}.api_url"),
+        "the API key travels with every request",
+    )?;
     let unused = |keys: &[(&str, bool)]| -> Result<(), String> {
         match keys.iter().find(|(_, set)| *set) {
             Some((key, _)) => Err(format!("{at}.{key} is not a key of the {} API", r.api)),

@@ -36,6 +36,11 @@ pub enum Outcome {
     /// A key the request names, or the confirmation a handshake asks for, could not be
     /// fetched: 503, so the provider sends it again.
     KeyUnavailable(String),
+    /// The client is not among the addresses the source's `allow_from` allows.
+    Forbidden,
+    /// The client is not among the addresses known, and a provider list the source allows
+    /// has never been had: 503, so that the provider retries once it is.
+    NoAllowList(&'static str),
     NotFound,
     /// The source's provider sends only these methods.
     MethodNotAllowed(&'static [Method]),
@@ -45,7 +50,7 @@ impl Outcome {
     /// Every label [`Outcome::label`] gives a request that reached a source, each counted
     /// from zero for every source (`Metrics::configure`). `not_found` and
     /// `method_not_allowed` are answered before a source is chosen and never counted.
-    pub const COUNTED: [&'static str; 10] = [
+    pub const COUNTED: [&'static str; 11] = [
         "accepted",
         "duplicate",
         "conflict",
@@ -56,6 +61,7 @@ impl Outcome {
         "timeout",
         "overloaded",
         "unavailable",
+        "forbidden",
     ];
 
     /// The metric label. `None` for requests that reached no source.
@@ -70,7 +76,10 @@ impl Outcome {
             Outcome::TooLarge => "too_large",
             Outcome::BodyTimeout => "timeout",
             Outcome::Overloaded => "overloaded",
-            Outcome::Unavailable(_) | Outcome::KeyUnavailable(_) => "unavailable",
+            Outcome::Unavailable(_) | Outcome::KeyUnavailable(_) | Outcome::NoAllowList(_) => {
+                "unavailable"
+            }
+            Outcome::Forbidden => "forbidden",
             Outcome::NotFound => "not_found",
             Outcome::MethodNotAllowed(_) => "method_not_allowed",
         }
@@ -86,9 +95,11 @@ impl Outcome {
             Outcome::Rejected(_) | Outcome::BadBody => StatusCode::BAD_REQUEST,
             Outcome::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Outcome::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
-            Outcome::Unavailable(_) | Outcome::KeyUnavailable(_) | Outcome::Overloaded => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            Outcome::Unavailable(_)
+            | Outcome::KeyUnavailable(_)
+            | Outcome::Overloaded
+            | Outcome::NoAllowList(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Outcome::Forbidden => StatusCode::FORBIDDEN,
             Outcome::NotFound => StatusCode::NOT_FOUND,
             Outcome::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
         }
@@ -110,7 +121,10 @@ impl Outcome {
             _ => {}
         }
         // Refused before its body was read to the end: the connection cannot carry more.
-        let body_unread = matches!(self, Outcome::Overloaded);
+        let body_unread = matches!(
+            self,
+            Outcome::Overloaded | Outcome::Forbidden | Outcome::NoAllowList(_)
+        );
         let (content_type, body): (&str, Bytes) = match self {
             Outcome::Accepted(_) | Outcome::Duplicate(_) => {
                 ("text/plain; charset=utf-8", "accepted\n".into())
@@ -188,6 +202,8 @@ mod tests {
             Outcome::Overloaded,
             Outcome::Unavailable(WriteError::QueueFull),
             Outcome::KeyUnavailable("refused".into()),
+            Outcome::Forbidden,
+            Outcome::NoAllowList("github"),
         ];
         let mut labels: Vec<&str> = outcomes.iter().map(Outcome::label).collect();
         labels.sort_unstable();

@@ -10,6 +10,7 @@
 //!   -> identity -> durable commit (group commit) -> answer
 //! ```
 
+pub mod allow;
 pub mod answer;
 pub mod fetch;
 pub mod listener;
@@ -143,6 +144,8 @@ pub struct Receiver {
     learnt_checked: std::sync::Mutex<HashMap<String, std::time::Instant>>,
     /// Keys requests name (SNS's certificates) and the GETs handshakes ask for.
     fetcher: fetch::Fetcher,
+    /// The providers' address lists that sources' `allow_from` name.
+    allow: Arc<allow::Lists>,
     store: Store,
     metrics: Arc<Metrics>,
     /// Every source's receiving state, kept across reloads.
@@ -166,6 +169,7 @@ impl Receiver {
     ) -> Receiver {
         Receiver {
             fetcher: fetch::Fetcher::default(),
+            allow: Arc::default(),
             live: RwLock::new(Arc::new(Live::new(
                 sources,
                 server.trusted_proxies.clone(),
@@ -186,6 +190,11 @@ impl Receiver {
             budget,
             recent: recent::Recent::default(),
         }
+    }
+
+    /// The providers' address lists the sources' `allow_from` name, for serve to fill.
+    pub fn allow_lists(&self) -> Arc<allow::Lists> {
+        self.allow.clone()
     }
 
     /// Serves new requests with these sources (secrets, schemes, targets) from now on.
@@ -324,6 +333,14 @@ impl Receiver {
         client: IpAddr,
         req: Request<Incoming>,
     ) -> (Outcome, Option<String>) {
+        // Before anything of the request is read past its head.
+        if let Some(allow_from) = &source.config.allow_from {
+            match self.allow.check(allow_from, client) {
+                allow::Allowed::Yes => {}
+                allow::Allowed::No => return (Outcome::Forbidden, None),
+                allow::Allowed::NoList(provider) => return (Outcome::NoAllowList(provider), None),
+            }
+        }
         let (parts, body) = req.into_parts();
         // A declared length over the limit is refused before a single body byte is read.
         let declared = parts
@@ -506,7 +523,10 @@ impl listener::Handler for Receiver {
             Outcome::Rejected(
                 Reject::NoMatch | Reject::TooOld | Reject::TooNew | Reject::BadToken,
             ) => source.watch.refused(401),
-            Outcome::Unavailable(_) | Outcome::KeyUnavailable(_) | Outcome::Overloaded => {
+            Outcome::Unavailable(_)
+            | Outcome::KeyUnavailable(_)
+            | Outcome::Overloaded
+            | Outcome::NoAllowList(_) => {
                 source.watch.refused(503);
             }
             _ => {}
@@ -524,6 +544,10 @@ impl listener::Handler for Receiver {
                 source = %source.name, %client, outcome = "unavailable", status = status.as_u16(),
                 error = %e, duration_ms, "a key the request names, or a confirmation it asks for, \
                 could not be fetched; answered 503 so the provider retries"),
+            Outcome::NoAllowList(provider) => tracing::warn!(
+                source = %source.name, %client, provider, outcome = "unavailable", status = status.as_u16(),
+                duration_ms, "no list of the provider's webhook addresses has been fetched yet; \
+                answered 503 so the provider retries"),
             Outcome::Unavailable(e) => tracing::warn!(
                 source = %source.name, event_id, %client, outcome = "unavailable", status = status.as_u16(),
                 error = %e, duration_ms, "not stored; answered 503 so the provider retries"),

@@ -23,6 +23,7 @@ pub const COMMON_KEYS: &[&str] = &[
     "id",
     "order",
     "recover",
+    "allow_from",
     "targets",
 ];
 

@@ -65,11 +65,18 @@
 //!   stand-ins for GitHub's and Stripe's (`provider_api`): a downtime after a SIGKILL,
 //!   a run of 401s, pages and rate limits, a second run that asks for nothing, Stripe's
 //!   events stored with origin `api` and their later webhook a duplicate, API failures.
+//! - `allow`: sources pinned to their providers' addresses: 403 before the body from
+//!   anywhere else, the client a trusted proxy names, a provider's list fetched from a
+//!   local stand-in for GitHub's meta API, kept, used after the API fails and a restart,
+//!   503 while none was ever had, a week-old list announced stale, a reload pinning and
+//!   unpinning a running source, an IPv4 client on a dual-stack listener, and `check` saying
+//!   what each entry means.
 //! - `house`: the code's shape: no files of `src/` import each other round a circle.
 //! - `fuzz_corpora`: every committed fuzz corpus file replayed through the fuzz harness
 //!   (signature parsers in process, raw HTTP bytes through the real service).
 
 mod alerts;
+mod allow;
 mod cli;
 mod crash;
 mod dedup;

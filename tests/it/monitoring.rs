@@ -29,13 +29,18 @@ scheme = "stripe"
 secrets = ["whsec_test_secret"]
 # Its recovery series from the first scrape; nothing is asked of this API in a test's time.
 recover = { api = "stripe", key = "rk_test_monitoring", api_url = "http://127.0.0.1:9" }
+# Its address list's series from the first scrape; the list is never had (nothing listens).
+allow_from = ["127.0.0.1", "stripe"]
 [[sources.targets]]
 name = "app"
 url = "http://127.0.0.1:9/hooks"
+
+[server.allow_lists]
+stripe = "http://127.0.0.1:9/ips_webhooks.json"
 "#;
 
 /// Every outcome a request to a source is counted under (README, "Operating it").
-const OUTCOMES: [&str; 10] = [
+const OUTCOMES: [&str; 11] = [
     "accepted",
     "duplicate",
     "conflict",
@@ -46,6 +51,7 @@ const OUTCOMES: [&str; 10] = [
     "overloaded",
     "unavailable",
     "handshake",
+    "forbidden",
 ];
 
 /// Every reason a request fails authentication.
@@ -189,6 +195,31 @@ async fn every_family_is_exported_from_the_first_scrape_at_zero_for_each_source_
         }
     }
     assert_series(&scrape, "hookinbox_alerts_active", &[], 0.0);
+    // The address list stripe's allow_from names: never had, and none of a provider that
+    // no source names.
+    let stripe = [("provider", "stripe")];
+    assert_series(
+        &scrape,
+        "hookinbox_allow_list_updated_timestamp_seconds",
+        &stripe,
+        0.0,
+    );
+    assert!(
+        value(
+            &scrape,
+            "hookinbox_allow_list_refreshes_total",
+            &[("provider", "stripe"), ("result", "ok")]
+        )
+        .is_some()
+    );
+    assert_eq!(
+        value(
+            &scrape,
+            "hookinbox_allow_list_updated_timestamp_seconds",
+            &[("provider", "github")]
+        ),
+        None
+    );
     // Nothing more than configured: no target of stripe's that sw has.
     assert_eq!(
         value(

@@ -32,6 +32,10 @@
 //!     key order) and webhooks sent with a different byte layout of the same JSON value,
 //!     signed `Stripe-Signature: t=<now>,v1=<hex HMAC-SHA256(secret, "{t}.{body}")>`.
 //!
+//! - [`FakeMeta`]: GitHub's meta API (`GET /meta`), whose `hooks` lists the ranges webhooks
+//!   come from, beside the other services' ranges; it can be told to fail (503 with
+//!   GitHub's JSON error body) and counts what it was asked.
+//!
 //! The tests drive the fakes through their methods (`deliver`, `record`, `create`,
 //! `send_webhook`, …) and inspect what hookinbox asked (`api_calls`,
 //! `redelivery_requests`). Shared state sits behind a `std::sync::Mutex` that is never held
@@ -1637,6 +1641,91 @@ impl FakeStripe {
 }
 
 impl Drop for FakeStripe {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// GitHub's meta API
+// ---------------------------------------------------------------------------------------
+
+/// GitHub's `GET /meta`, with `hooks` as the test sets it.
+pub struct FakeMeta {
+    /// `http://127.0.0.1:PORT/meta`, the document's URL.
+    pub url: String,
+    inner: Arc<Meta>,
+    server: AbortHandle,
+}
+
+struct Meta {
+    hooks: Mutex<Vec<String>>,
+    failing: std::sync::atomic::AtomicBool,
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+impl FakeMeta {
+    /// Serves `hooks` as the ranges GitHub sends webhooks from.
+    pub async fn start(hooks: &[&str]) -> FakeMeta {
+        let (listener, base) = bind().await;
+        let inner = Arc::new(Meta {
+            hooks: Mutex::new(hooks.iter().map(|h| h.to_string()).collect()),
+            failing: Default::default(),
+            calls: Default::default(),
+        });
+        let server = serve(listener, inner.clone(), Meta::route);
+        FakeMeta {
+            url: format!("{base}/meta"),
+            inner,
+            server,
+        }
+    }
+
+    /// From now on, answers 503 (`failing`) or the list again.
+    pub fn fail(&self, failing: bool) {
+        self.inner
+            .failing
+            .store(failing, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// How many times `/meta` was asked for.
+    pub fn calls(&self) -> usize {
+        self.inner.calls.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Meta {
+    fn route(meta: &Arc<Meta>, req: ApiRequest) -> Answer {
+        let json = |status: u16, value: Value| Answer {
+            status,
+            headers: vec![("content-type", "application/json; charset=utf-8".into())],
+            body: serde_json::to_vec_pretty(&value).unwrap_or_default(),
+        };
+        if req.method != Method::GET || req.path != "/meta" {
+            return json(404, json!({"message": "Not Found", "status": "404"}));
+        }
+        meta.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if meta.failing.load(std::sync::atomic::Ordering::SeqCst) {
+            return json(
+                503,
+                json!({"message": "Service Unavailable", "status": "503"}),
+            );
+        }
+        // The shape of GitHub's answer: each service's ranges, hooks among them.
+        json(
+            200,
+            json!({
+                "verifiable_password_authentication": false,
+                "hooks": lock(&meta.hooks).clone(),
+                "web": ["140.82.112.0/20", "2a0a:a440::/29"],
+                "api": ["192.30.252.0/22"],
+                "git": ["140.82.112.0/20"],
+            }),
+        )
+    }
+}
+
+impl Drop for FakeMeta {
     fn drop(&mut self) {
         self.server.abort();
     }

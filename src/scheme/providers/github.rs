@@ -27,6 +27,13 @@ pub const PROVIDER: super::Provider = super::Provider {
              was down or refusing it stays missing",
         ),
     }),
+    // https://docs.github.com/en/rest/meta/meta: `hooks` lists the ranges webhooks are
+    // delivered from, IPv4 and IPv6, in CIDR notation.
+    addresses: Some(super::Addresses {
+        url: "https://api.github.com/meta",
+        what: "the `hooks` ranges of GitHub's meta API",
+        parse: |body| super::ranges_at(body, "hooks"),
+    }),
     ..super::Provider::new("github", build)
 };
 

@@ -4,8 +4,9 @@
 //! settings from the [`Setup`] and returns its [`Verifier`] (most HMAC providers are an
 //! [`crate::scheme::hmac::Spec`] and a [`crate::scheme::hmac::Preset`]: see `paddle.rs`),
 //! then add its module name to the list. A provider verified with public keys, one that
-//! learns its secret in a handshake, or one with a recovery API declares it on its
-//! `PROVIDER` (see `discord.rs`, `asana.rs`, `github.rs`). Its tests go beside it, with the
+//! learns its secret in a handshake, one with a recovery API, or one that publishes the
+//! addresses it sends from declares it on its `PROVIDER` (see `discord.rs`, `asana.rs`,
+//! `github.rs`). Its tests go beside it, with the
 //! provider's published vector where there is one; `tests/it/providers.rs` drives it over
 //! HTTP, from its section of `docs/providers.md`, which with the README's scheme table
 //! must name it.
@@ -14,9 +15,11 @@
 //! provider's own file: what its verifier answers (a signed timestamp, a body the proof
 //! covers, caveats, a redelivery horizon) and what its `PROVIDER` declares before any source
 //! is configured (public keys and how to make a test pair, a secret learnt in a handshake, a
-//! recovery API). Nothing outside this directory asks for a provider by its name.
+//! recovery API, a published list of its addresses). Nothing outside this directory asks
+//! for a provider by its name.
 
 use super::{Setup, Verifier};
+use crate::proxy::Cidr;
 
 /// A provider as the registry knows it.
 pub struct Provider {
@@ -34,6 +37,9 @@ pub struct Provider {
     pub learns_secret: bool,
     /// The provider's API that `hookinbox recover` fills a source's gaps from.
     pub recovery: Option<Recovery>,
+    /// Where the provider publishes the addresses its webhooks come from, for a source's
+    /// `allow_from` (`src/receive/allow.rs` fetches and keeps it).
+    pub addresses: Option<Addresses>,
 }
 
 impl std::fmt::Debug for Provider {
@@ -55,6 +61,7 @@ impl Provider {
             public_keys: None,
             learns_secret: false,
             recovery: None,
+            addresses: None,
         }
     }
 }
@@ -97,6 +104,36 @@ pub struct Recovery {
     /// What a source without a `recover` table loses, where the provider never sends an
     /// event again by itself: `check` names it.
     pub unrecovered: Option<&'static str>,
+}
+
+/// A list of the addresses a provider sends its webhooks from, as the provider publishes
+/// it: a source whose `allow_from` names the provider takes requests only from them.
+pub struct Addresses {
+    /// The document's URL, where `[server] allow_lists` names no other.
+    pub url: &'static str,
+    /// What the list is, for `check`: "the `hooks` ranges of GitHub's meta API".
+    pub what: &'static str,
+    /// The ranges in the document. An error says what is not as the provider documents it.
+    pub parse: fn(&[u8]) -> Result<Vec<Cidr>, String>,
+}
+
+/// The ranges in `body`, a JSON object whose `field` is an array of addresses or ranges as
+/// text: the shape GitHub's and Stripe's lists share.
+pub fn ranges_at(body: &[u8], field: &str) -> Result<Vec<Cidr>, String> {
+    let value: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| format!("not JSON: {e}"))?;
+    let Some(items) = value.get(field).and_then(|v| v.as_array()) else {
+        return Err(format!("no array {field:?} in it"));
+    };
+    items
+        .iter()
+        .map(|item| {
+            let text = item
+                .as_str()
+                .ok_or_else(|| format!("{field:?} holds {item}, not text"))?;
+            Cidr::parse(text).map_err(|e| format!("{field:?}: {e}"))
+        })
+        .collect()
 }
 
 /// The recovery APIs hookinbox has a client for.
@@ -170,4 +207,47 @@ pub fn names_with(has: impl Fn(&Provider) -> bool) -> Vec<&'static str> {
         .collect();
     names.sort_unstable();
     names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn published_address_lists_are_read_as_their_providers_document_them() {
+        let github = find("github").and_then(|p| p.addresses.as_ref()).unwrap();
+        // The shape of GET https://api.github.com/meta, cut short.
+        let meta = br#"{"verifiable_password_authentication":false,
+            "hooks":["192.30.252.0/22","185.199.108.0/22","2a0a:a440::/29"],
+            "web":["140.82.112.0/20"]}"#;
+        let ranges = (github.parse)(meta).unwrap();
+        assert_eq!(ranges.len(), 3);
+        assert!(
+            ranges
+                .iter()
+                .any(|r| r.contains("192.30.253.9".parse().unwrap()))
+        );
+        assert!(
+            !ranges
+                .iter()
+                .any(|r| r.contains("140.82.112.1".parse().unwrap()))
+        );
+        let stripe = find("stripe").and_then(|p| p.addresses.as_ref()).unwrap();
+        let ips = br#"{"WEBHOOKS":["3.18.12.63","3.130.192.231"]}"#;
+        assert_eq!((stripe.parse)(ips).unwrap().len(), 2);
+        for (bad, why) in [
+            (&b"<html>"[..], "not JSON"),
+            (br#"{"web":[]}"#, "no array \"hooks\""),
+            (br#"{"hooks":[1]}"#, "not text"),
+            (br#"{"hooks":["example.com"]}"#, "not an address"),
+        ] {
+            let e = (github.parse)(bad).unwrap_err();
+            assert!(e.contains(why), "{e}");
+        }
+        assert_eq!(
+            names_with(|p| p.addresses.is_some()),
+            ["github", "stripe"],
+            "README and the reference name the providers with lists"
+        );
+    }
 }

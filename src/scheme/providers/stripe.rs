@@ -21,6 +21,13 @@ pub const PROVIDER: super::Provider = super::Provider {
         // Stripe retries for 3 days by itself (the redelivery horizon below).
         unrecovered: None,
     }),
+    // https://docs.stripe.com/ips#webhook-notifications: single addresses under `WEBHOOKS`;
+    // Stripe announces changes seven days ahead.
+    addresses: Some(super::Addresses {
+        url: "https://stripe.com/files/ips/ips_webhooks.json",
+        what: "Stripe's published webhook addresses",
+        parse: |body| super::ranges_at(body, "WEBHOOKS"),
+    }),
     ..super::Provider::new("stripe", build)
 };
 
