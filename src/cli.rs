@@ -194,7 +194,9 @@ pub enum Exit {
     Failure = 1,
     /// Bad command-line usage (clap's own code).
     Usage = 2,
-    /// The configuration file is missing or invalid.
+    /// The configuration file is missing or invalid, or systemd passed a socket that
+    /// `serve` cannot use: restarting cannot mend either (the unit's
+    /// RestartPreventExitStatus).
     Config = 3,
     /// What was asked for is not in the inbox (`show`, `replay` of an unknown event).
     NotFound = 4,
@@ -322,7 +324,7 @@ pub fn run(cli: Cli) -> Exit {
             eprintln!("error: {e:#}");
             if e.is::<commands::NotFound>() {
                 Exit::NotFound
-            } else if e.is::<commands::check::Problems>() {
+            } else if e.is::<commands::check::Problems>() || e.is::<crate::activation::Error>() {
                 Exit::Config
             } else {
                 Exit::Failure
@@ -350,6 +352,8 @@ fn with_config(
         Command::Sign(args) => commands::sign::run(&config, &args, out),
         Command::Serve => {
             commands::serve::abort_on_panic();
+            // Before the runtime's threads: taking the sockets unsets LISTEN_FDS.
+            let inherited = crate::activation::Inherited::from_env()?;
             let mut builder = tokio::runtime::Builder::new_multi_thread();
             // The writer has a thread of its own: leave it a core. On a 2-core VM one async
             // worker and the writer measured 11% less CPU per stored event than two workers
@@ -362,7 +366,7 @@ fn with_config(
                 .enable_all()
                 .build()
                 .map_err(|e| anyhow::anyhow!("starting the async runtime: {e}"))?;
-            runtime.block_on(commands::serve::run(config))
+            runtime.block_on(commands::serve::run(config, inherited))
         }
         _ => unreachable!("offline commands are dispatched by offline_command"),
     }
