@@ -288,7 +288,8 @@ async fn listen(
     tracing::info!(address = %passed.addr, fd_name = %passed.name,
         "{key}: listening on the socket systemd passed (socket activation), not on {addr}");
     // The config's address is the one `check` shows and `hookinbox sign` puts in its URLs.
-    if passed.addr.port() != addr.port() {
+    // (Port 0, "any", is for tests.)
+    if addr.port() != 0 && passed.addr.port() != addr.port() {
         tracing::warn!(
             "systemd passed the socket for {key} on {}, but {key} says {addr}; \
              `check` and `hookinbox sign` use the config's: set {key} = \"{}\"",
