@@ -67,6 +67,14 @@ pub enum LogFormat {
 pub enum Command {
     /// Receive webhooks: verify, store durably, answer, forward (until SIGTERM or SIGINT;
     /// SIGHUP reloads the sources, secrets and targets)
+    #[command(
+        long_about = "Receive webhooks: verify, store durably, answer, forward (until \
+        SIGTERM or SIGINT; SIGHUP reloads the sources, secrets and targets).\n\n\
+        Under systemd socket activation (hookinbox.socket) it listens on the sockets systemd \
+        passes: the one named \"public\" (FileDescriptorName=), or the only one, as the \
+        public listener and the one named \"admin\" as the admin listener; server.listen or \
+        admin.listen is bound only for a listener not passed."
+    )]
     #[command(after_help = "Examples:\n  \
         hookinbox serve --config examples/quickstart.toml\n  \
         hookinbox serve --log-format json      # /etc/hookinbox/hookinbox.toml, as the unit runs it")]
