@@ -35,7 +35,7 @@ grep -qx "/etc/hookinbox/hookinbox.toml" "$tmp/control/conffiles" || fail "the c
 grep -q "#DEBHELPER#" "$tmp/control/postinst" && fail "postinst still has the #DEBHELPER# token"
 # An upgrade restarts the service, never its sockets: they keep listening through it.
 grep -q "try-restart hookinbox.service" "$tmp/control/postinst" || fail "postinst does not restart the service on upgrade"
-if grep -E "(restart|stop|start) .*hookinbox(-admin)?\.socket" "$tmp/control/postinst"; then
+if grep -v '^[[:space:]]*#' "$tmp/control/postinst" | grep -E "(restart|stop|start) .*hookinbox(-admin)?\.socket"; then
     fail "postinst restarts, stops or starts a socket unit"
 fi
 echo "test-deb: contents, conffile and maintainer scripts are in place"
