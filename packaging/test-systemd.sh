@@ -589,7 +589,7 @@ ok "drop-in removed: WatchdogSec=30s again, a signed request gets 200"
 
 # --- Socket activation: restart and upgrade under load -------------------------------------
 
-# load.sh NAME (in the container): signed requests, one after another, until
+# load.sh NAME K (in the container): signed requests, one after another, until
 # /root/load-NAME.stop exists. One line per request: ID START HTTP_CODE SECONDS CURL_EXIT
 # (curl's exit 7 is a refused connection, 52 and 56 a connection closed without an answer).
 cat >"$root/root/load.sh" <<'LOAD'
@@ -597,7 +597,7 @@ cat >"$root/root/load.sh" <<'LOAD'
 n=0
 while [ ! -e "/root/load-$1.stop" ]; do
     n=$((n + 1))
-    id="$1-$n"
+    id="$1-$2-$n"
     start=$(date +%s.%N)
     out=$(hookinbox sign --config /etc/hookinbox/hookinbox.toml --source gh --id "$id" |
         sed '1s|^curl -sS -i |curl -s -o /dev/null -w "%{http_code} %{time_total}" --max-time 30 |' | sh)
@@ -605,18 +605,26 @@ while [ ! -e "/root/load-$1.stop" ]; do
     echo "$id $start ${out:-000 0} $rc"
 done
 LOAD
-load_pid=
+# Senders at once, so that some are in the middle of a request when a process stops.
+SENDERS=4
+load_pids=()
 # load_start NAME: sends continuously in the background until `load_stop NAME`.
 load_start() {
+    local k
     rm -f "$root/root/load-$1.stop"
-    in_ct sh /root/load.sh "$1" >"$root/root/load-$1.log" 2>&1 &
-    load_pid=$!
+    load_pids=()
+    for k in $(seq 1 $SENDERS); do
+        in_ct sh /root/load.sh "$1" "$k" >"$root/root/load-$1-$k.log" 2>&1 &
+        load_pids+=($!)
+    done
     sleep 1
 }
+# load_stop NAME: the senders finish their request and stop; their lines in load-NAME.log.
 load_stop() {
     sleep 1
     touch "$root/root/load-$1.stop"
-    wait "$load_pid" || true
+    wait "${load_pids[@]}" || true
+    cat "$root/root/load-$1"-*.log >"$root/root/load-$1.log"
 }
 now() { date +%s.%N; }
 # load_check NAME WHAT T0 T1: every request got 2xx or 503 (no refused or dropped

@@ -1,7 +1,8 @@
 //! Socket activation: the real binary under `systemd-socket-activate`, which binds the
 //! sockets, waits for the first connection and starts `hookinbox serve` with them, as
 //! systemd does for `hookinbox.socket` (the restart and upgrade under load are in
-//! `packaging/test-systemd.sh`, under a real systemd).
+//! `packaging/test-systemd.sh`, under a real systemd). And what such a restart needs of
+//! the process that stops: a connection it accepted just before gets its answer.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -303,4 +304,41 @@ async fn a_socket_serve_cannot_use_stops_the_start_and_names_the_fix() {
             assert!(logs.contains(says), "expected {says:?} in:\n{logs}");
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_accepted_as_the_shutdown_begins_gets_its_answer() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = TestServer::start(ONE_SOURCE).await;
+    let addr = server.public_addr();
+    let body = event_body("late", "accepted as serve stops");
+    let req = server.sign("sw", "late", &body);
+    let mut request = format!(
+        "POST /hooks/sw HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (name, value) in &req.headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    // Accepted and handed to hyper, which has read nothing yet; then serve stops, and the
+    // client's request arrives a moment later, as one does when a restart begins.
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let stopping = tokio::spawn(server.stop());
+    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    // A connection closed unanswered may refuse the bytes too; the answer tells.
+    let _ = stream.write_all(request.as_bytes()).await;
+    let _ = stream.write_all(&body).await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(PATIENCE, stream.read_to_end(&mut answer))
+        .await
+        .expect("the connection is answered or closed");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.starts_with("HTTP/1.1 200") || answer.starts_with("HTTP/1.1 503"),
+        "a request on a connection accepted before the shutdown is answered, not dropped: {answer:?}"
+    );
+    stopping.await.unwrap();
 }
