@@ -13,6 +13,8 @@ echo "test-deb: built $deb"
 contents=$(dpkg-deb --contents "$deb")
 for path in ./usr/bin/hookinbox \
             ./usr/lib/systemd/system/hookinbox.service \
+            ./usr/lib/systemd/system/hookinbox.socket \
+            ./usr/lib/systemd/system/hookinbox-admin.socket \
             ./etc/hookinbox/hookinbox.toml \
             ./usr/lib/sysusers.d/hookinbox.conf \
             ./usr/lib/tmpfiles.d/hookinbox.conf \
@@ -31,6 +33,11 @@ trap 'rm -rf "$tmp"' EXIT
 dpkg-deb --control "$deb" "$tmp/control"
 grep -qx "/etc/hookinbox/hookinbox.toml" "$tmp/control/conffiles" || fail "the config is not a conffile"
 grep -q "#DEBHELPER#" "$tmp/control/postinst" && fail "postinst still has the #DEBHELPER# token"
+# An upgrade restarts the service, never its sockets: they keep listening through it.
+grep -q "try-restart hookinbox.service" "$tmp/control/postinst" || fail "postinst does not restart the service on upgrade"
+if grep -v '^[[:space:]]*#' "$tmp/control/postinst" | grep -E "(restart|stop|start) .*hookinbox(-admin)?\.socket"; then
+    fail "postinst restarts, stops or starts a socket unit"
+fi
 echo "test-deb: contents, conffile and maintainer scripts are in place"
 # The alerting rules as the package ships them (taken from the .deb rather than after the
 # install, since images with a dpkg path-exclude for /usr/share/doc drop them); their unit
@@ -66,7 +73,8 @@ unit=/usr/lib/systemd/system/hookinbox.service
 if command -v systemd-analyze >/dev/null 2>&1; then
     # verify checks the unit's syntax and that ExecStart exists; it may also complain that
     # it cannot look up the man page in a minimal image, which is not the unit's fault.
-    out=$(systemd-analyze verify "$unit" 2>&1) || true
+    out=$(systemd-analyze verify "$unit" /usr/lib/systemd/system/hookinbox.socket \
+        /usr/lib/systemd/system/hookinbox-admin.socket 2>&1) || true
     problems=$(grep -v "man hookinbox(1)" <<<"$out" | grep -v '^$' || true)
     [ -z "$problems" ] || fail "systemd-analyze verify: $problems"
     score=$(systemd-analyze security --offline=true "$unit" 2>&1 | sed -n 's/.*Overall exposure level for hookinbox.service: \([0-9.]*\).*/\1/p')

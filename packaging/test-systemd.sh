@@ -3,7 +3,11 @@
 # service behaves there as the README says: it starts (Type=notify), stores and forwards a
 # signed request, runs a command target inside the unit's sandbox, refuses a bad reload while
 # it keeps serving, restarts and stops cleanly, is killed and restarted by the watchdog when
-# it hangs, keeps its exposure score, and keeps the inbox on remove and purge. Before that,
+# it hangs, takes :443 and the admin port from hookinbox.socket (socket activation) with no
+# capability, refuses no connection and loses no acknowledged event while signed requests
+# arrive continuously through a restart and a package upgrade (without the socket, the same
+# restart is shown as a control), keeps its exposure score, and keeps the inbox on remove and
+# purge. Before that,
 # it installs the package in a chroot without systemd (postinst must fall back to adduser).
 #
 #   packaging/test-systemd.sh          # as root; installs debootstrap and systemd-nspawn
@@ -423,7 +427,13 @@ in_ct getent passwd hookinbox >/dev/null || fail "install: no user hookinbox"
     fail "install: the service should be installed disabled (the operator adds a source first)"
 [ "$(in_ct systemctl is-active hookinbox 2>&1 || true)" = inactive ] ||
     fail "install: the service should not be started on install"
-ok "apt-get install ./$debname: user hookinbox, service installed disabled and not started"
+for u in hookinbox.socket hookinbox-admin.socket; do
+    [ "$(in_ct systemctl is-active "$u" 2>&1 || true)" = inactive ] ||
+        fail "install: $u should not be started on install"
+done
+[ "$(in_ct systemctl is-enabled hookinbox.socket 2>&1 || true)" = disabled ] ||
+    fail "install: hookinbox.socket should be installed disabled"
+ok "apt-get install ./$debname: user hookinbox, service and sockets installed disabled and not started"
 
 # A source with a file: secret and one command target.
 must "configure" sh -c "printf '%s\n' 'test-systemd-secret' |
@@ -577,6 +587,148 @@ must "watchdog" systemctl restart hookinbox
 send test-4 || fail "watchdog: after the watchdog restart a signed request did not get 200:\n$out"
 ok "drop-in removed: WatchdogSec=30s again, a signed request gets 200"
 
+# --- Socket activation: restart and upgrade under load -------------------------------------
+
+# load.sh NAME K (in the container): signed requests, one after another, until
+# /root/load-NAME.stop exists. One line per request: ID START HTTP_CODE SECONDS CURL_EXIT
+# (curl's exit 7 is a refused connection, 52 and 56 a connection closed without an answer).
+cat >"$root/root/load.sh" <<'LOAD'
+#!/bin/sh
+n=0
+while [ ! -e "/root/load-$1.stop" ]; do
+    n=$((n + 1))
+    id="$1-$2-$n"
+    start=$(date +%s.%N)
+    out=$(hookinbox sign --config /etc/hookinbox/hookinbox.toml --source gh --id "$id" |
+        sed '1s|^curl -sS -i |curl -s -o /dev/null -w "%{http_code} %{time_total}" --max-time 30 |' | sh)
+    rc=$?
+    echo "$id $start ${out:-000 0} $rc"
+done
+LOAD
+# Senders at once, so that some are in the middle of a request when a process stops.
+SENDERS=4
+load_pids=()
+# load_start NAME: sends continuously in the background until `load_stop NAME`.
+load_start() {
+    local k
+    rm -f "$root/root/load-$1.stop"
+    load_pids=()
+    for k in $(seq 1 $SENDERS); do
+        in_ct sh /root/load.sh "$1" "$k" >"$root/root/load-$1-$k.log" 2>&1 &
+        load_pids+=($!)
+    done
+    sleep 1
+}
+# load_stop NAME: the senders finish their request and stop; their lines in load-NAME.log.
+load_stop() {
+    sleep 1
+    touch "$root/root/load-$1.stop"
+    wait "${load_pids[@]}" || true
+    cat "$root/root/load-$1"-*.log >"$root/root/load-$1.log"
+}
+now() { date +%s.%N; }
+# served_cleanly_since CURSOR WHAT: clean_since, but for the delivery attempts that a
+# restart ends: a stop signals the whole unit, the command target included, and such an
+# attempt is retried (the load keeps the target busy).
+served_cleanly_since() {
+    local bad
+    bad=$(journal_since "$1" | grep -v "hookinbox::deliver::attempt: attempt failed; will retry" |
+        grep -iE "fail|timed out|timeout|watchdog|SIGKILL|SIGABRT|core dump" || true)
+    [ -z "$bad" ] || fail "$2: the journal says:\n$bad"
+}
+# load_check NAME WHAT T0 T1: every request got 2xx or 503 (no refused or dropped
+# connection), some were sent while WHAT ran (from T0 to T1), and every acknowledged event
+# is in the inbox. Says so in $load_said.
+load_check() {
+    local log=$root/root/load-$1.log what=$2 total during bad slowest missing
+    total=$(wc -l <"$log")
+    [ "$total" -gt 0 ] || fail "$what: the load sent nothing:\n$(cat "$log")"
+    bad=$(awk 'NF != 5 || !(($3 ~ /^2[0-9][0-9]$/ || $3 == 503) && $5 == 0)' "$log")
+    [ -z "$bad" ] || fail "$what: requests without a 2xx or 503 answer (id, start, status, seconds, curl's exit; 7 is a refused connection):\n$(head -n 20 <<<"$bad")"
+    during=$(awk -v a="$3" -v b="$4" '$2 >= a && $2 <= b' "$log" | wc -l)
+    [ "$during" -gt 0 ] || fail "$what: no request was sent while it ran"
+    slowest=$(awk 'BEGIN { m = 0 } $4 > m { m = $4 } END { print m }' "$log")
+    awk '$3 ~ /^2/ { print $1 }' "$log" | sort >"$work/acked"
+    sq "select event_id from events where source = 'gh'" | sort >"$work/stored"
+    missing=$(comm -23 "$work/acked" "$work/stored")
+    [ -z "$missing" ] || fail "$what: acknowledged events missing from the inbox:\n$(head -n 20 <<<"$missing")"
+    load_said="$total requests, $during sent during it, all answered 2xx or 503 (slowest in ${slowest} s), all $(wc -l <"$work/acked") acknowledged ones in the inbox"
+}
+
+# The control: without the socket, a restart leaves a moment when nothing listens.
+load_start plain
+t0=$(now)
+must "restart without the socket" systemctl restart hookinbox
+t1=$(now)
+load_stop plain
+plain=$root/root/load-plain.log
+say "the control, without hookinbox.socket: systemctl restart under load: $(wc -l <"$plain") requests, $(awk -v a="$t0" -v b="$t1" '$2 >= a && $2 <= b' "$plain" | wc -l) during the restart, $(awk '$5 == 7' "$plain" | wc -l) refused (curl exit 7)"
+
+# The operator's steps: port 443 in the config, then both units at once.
+must "socket" systemctl stop hookinbox
+must "socket" sed -i 's|^listen = "127.0.0.1:8080"|listen = "0.0.0.0:443"|' "$CONFIG"
+must "socket: server.listen is 0.0.0.0:443" grep -q '^listen = "0.0.0.0:443"' "$CONFIG"
+out=$(in_ct hookinbox check --config "$CONFIG" 2>&1 || true)
+grep -q "no capability to bind a port below" <<<"$out" ||
+    fail "socket: hookinbox check says nothing of port 443 under the packaged unit without hookinbox.socket:\n$out"
+cur=$(cursor)
+must "socket" systemctl enable --now hookinbox.socket hookinbox
+for u in hookinbox.socket hookinbox-admin.socket hookinbox.service; do
+    [ "$(in_ct systemctl is-active "$u" 2>&1 || true)" = active ] || fail "socket: $u is not active after enable --now"
+done
+out=$(in_ct hookinbox check --config "$CONFIG" 2>&1) || fail "socket: hookinbox check fails:\n$out"
+if grep -q "no capability to bind" <<<"$out"; then
+    fail "socket: hookinbox check still warns about port 443 with hookinbox.socket enabled:\n$out"
+fi
+# passed: how many listeners the journal says came from systemd since $cur.
+passed() { journal_since "$cur" | grep -c "listening on the socket systemd passed" || true; }
+[ "$(passed)" = 2 ] || fail "socket: the journal does not say that both listeners came from systemd:\n$(journal_since "$cur")"
+pid=$(prop MainPID)
+caps=$(in_ct sed -n 's/^CapEff:[[:space:]]*//p' "/proc/$pid/status")
+[ "$caps" = 0000000000000000 ] || fail "socket: the service has capabilities $caps"
+send test-5 || fail "socket: a signed request to :443 did not get 200:\n$out"
+ok "systemctl enable --now hookinbox.socket hookinbox: both sockets and the service active, both listeners from systemd (journal), :443 served with no capability (CapEff=$caps); check warned of :443 before, not after"
+
+sock_at=$(in_ct systemctl show -p ActiveEnterTimestampMonotonic --value hookinbox.socket)
+load_start restart
+pid=$(prop MainPID)
+cur=$(cursor)
+t0=$(now)
+must "restart with the socket" systemctl restart hookinbox
+t1=$(now)
+load_stop restart
+new=$(prop MainPID)
+if [ "$new" = "$pid" ] || [ "$new" = 0 ]; then fail "restart with the socket: MainPID $pid -> $new"; fi
+served_cleanly_since "$cur" "restart with the socket"
+[ "$(passed)" = 2 ] || fail "restart with the socket: the new process did not take both sockets:\n$(journal_since "$cur")"
+load_check restart "systemctl restart hookinbox" "$t0" "$t1"
+ok "systemctl restart hookinbox with hookinbox.socket, under load: $load_said"
+
+# An upgrade: the same package with its version raised.
+version=$(dpkg-deb -f "$deb" Version)
+dpkg-deb -R "$deb" "$work/upgrade"
+sed -i "s/^Version: .*/Version: $version+upgrade1/" "$work/upgrade/DEBIAN/control"
+dpkg-deb -b "$work/upgrade" "$root/root/hookinbox-upgrade.deb" >/dev/null
+load_start upgrade
+pid=$(prop MainPID)
+cur=$(cursor)
+t0=$(now)
+must "upgrade" dpkg -i /root/hookinbox-upgrade.deb
+t1=$(now)
+load_stop upgrade
+[ "$(in_ct dpkg-query -W -f '${Version}' hookinbox)" = "$version+upgrade1" ] || fail "upgrade: the package was not upgraded"
+new=$(prop MainPID)
+if [ "$new" = "$pid" ] || [ "$new" = 0 ]; then fail "upgrade: the service was not restarted (MainPID $pid -> $new)"; fi
+[ "$(in_ct systemctl show -p ActiveEnterTimestampMonotonic --value hookinbox.socket)" = "$sock_at" ] ||
+    fail "upgrade: hookinbox.socket was restarted (its socket closed)"
+for u in hookinbox.socket hookinbox.service; do
+    [ "$(in_ct systemctl is-enabled "$u" 2>&1 || true)" = enabled ] || fail "upgrade: $u is no longer enabled"
+done
+served_cleanly_since "$cur" upgrade
+[ "$(passed)" = 2 ] || fail "upgrade: the new process did not take both sockets:\n$(journal_since "$cur")"
+load_check upgrade "dpkg -i (an upgrade to $version+upgrade1)" "$t0" "$t1"
+ok "upgrade to $version+upgrade1 under load: the service restarted on the new binary, the sockets untouched and still enabled; $load_said"
+
 # --- Exposure ---------------------------------------------------------------------------
 
 sec=$(in_ct systemd-analyze security hookinbox --no-pager 2>&1 | sed -n 's/.*Overall exposure level for hookinbox.service: \([0-9.]*\).*/\1/p')
@@ -590,6 +742,7 @@ n=$(sq "select count(*) from events")
 must "remove" apt-get remove -y -q hookinbox
 [ ! -e "$root/usr/bin/hookinbox" ] || fail "remove: /usr/bin/hookinbox is still there"
 [ "$(in_ct systemctl is-active hookinbox 2>&1 || true)" != active ] || fail "remove: the service still runs"
+[ "$(in_ct systemctl is-active hookinbox.socket 2>&1 || true)" != active ] || fail "remove: hookinbox.socket still listens"
 [ -f "$root$DB" ] || fail "remove: $DB is gone"
 ok "apt-get remove: stopped, the binary is gone, $DB kept"
 must "purge" apt-get purge -y -q hookinbox

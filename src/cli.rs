@@ -67,6 +67,14 @@ pub enum LogFormat {
 pub enum Command {
     /// Receive webhooks: verify, store durably, answer, forward (until SIGTERM or SIGINT;
     /// SIGHUP reloads the sources, secrets and targets)
+    #[command(
+        long_about = "Receive webhooks: verify, store durably, answer, forward (until \
+        SIGTERM or SIGINT; SIGHUP reloads the sources, secrets and targets).\n\n\
+        Under systemd socket activation (hookinbox.socket) it listens on the sockets systemd \
+        passes: the one named \"public\" (FileDescriptorName=), or the only one, as the \
+        public listener and the one named \"admin\" as the admin listener; server.listen or \
+        admin.listen is bound only for a listener not passed."
+    )]
     #[command(after_help = "Examples:\n  \
         hookinbox serve --config examples/quickstart.toml\n  \
         hookinbox serve --log-format json      # /etc/hookinbox/hookinbox.toml, as the unit runs it")]
@@ -194,7 +202,9 @@ pub enum Exit {
     Failure = 1,
     /// Bad command-line usage (clap's own code).
     Usage = 2,
-    /// The configuration file is missing or invalid.
+    /// The configuration file is missing or invalid, or systemd passed a socket that
+    /// `serve` cannot use: restarting cannot mend either (the unit's
+    /// RestartPreventExitStatus).
     Config = 3,
     /// What was asked for is not in the inbox (`show`, `replay` of an unknown event).
     NotFound = 4,
@@ -322,7 +332,7 @@ pub fn run(cli: Cli) -> Exit {
             eprintln!("error: {e:#}");
             if e.is::<commands::NotFound>() {
                 Exit::NotFound
-            } else if e.is::<commands::check::Problems>() {
+            } else if e.is::<commands::check::Problems>() || e.is::<crate::activation::Error>() {
                 Exit::Config
             } else {
                 Exit::Failure
@@ -350,6 +360,8 @@ fn with_config(
         Command::Sign(args) => commands::sign::run(&config, &args, out),
         Command::Serve => {
             commands::serve::abort_on_panic();
+            // Before the runtime's threads: taking the sockets unsets LISTEN_FDS.
+            let inherited = crate::activation::Inherited::from_env()?;
             let mut builder = tokio::runtime::Builder::new_multi_thread();
             // The writer has a thread of its own: leave it a core. On a 2-core VM one async
             // worker and the writer measured 11% less CPU per stored event than two workers
@@ -362,7 +374,7 @@ fn with_config(
                 .enable_all()
                 .build()
                 .map_err(|e| anyhow::anyhow!("starting the async runtime: {e}"))?;
-            runtime.block_on(commands::serve::run(config))
+            runtime.block_on(commands::serve::run(config, inherited))
         }
         _ => unreachable!("offline commands are dispatched by offline_command"),
     }

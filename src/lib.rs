@@ -9,6 +9,7 @@
 //! - [`cli`]: the command line (clap), parsed in `main.rs` and dispatched to [`commands`].
 //! - [`commands`]: one module per subcommand: parse, call, render.
 //! - [`admin`]: the local admin listener: metrics and health; [`web`]: the web inbox on it.
+//! - [`activation`]: the listening sockets systemd passes (socket activation).
 //! - [`receive`]: the public listener: limits, routing, verification, answers.
 //! - [`deliver`]: the worker that forwards stored events to their targets, with retries.
 //! - [`recover`]: knowing the gaps (heartbeats, runs of refused requests) and filling them
@@ -30,6 +31,7 @@
 //!   terminal, trusted proxies, fault injection, the configuration manual's vocabulary).
 //! - [`oracle`]: the crash and load tests' checker (what was acknowledged vs the inbox).
 
+pub mod activation;
 pub mod admin;
 pub mod alerts;
 pub mod cli;

@@ -2,7 +2,8 @@
 //! or SIGINT.
 //!
 //! Start-up order matters for the promise: the inbox is opened and migrated first (a bad
-//! path fails before any port is bound), then both listeners are bound, then the writer is
+//! path fails before any port is bound), then both listeners are bound (or taken from the
+//! sockets systemd passed, [`crate::activation`]), then the writer is
 //! pinged, and only then is the service ready. Before all of it, the inbox's lock
 //! (`store::lock`): one serve per inbox. Shutdown runs in reverse: stop accepting,
 //! let in-flight requests finish (each is answered 2xx only after its commit, or 503), then
@@ -20,6 +21,7 @@ use tokio::sync::{Mutex, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::reload;
+use crate::activation;
 use crate::admin::Admin;
 use crate::config::{self, Config, Source};
 use crate::deliver::{self, Deliverer};
@@ -273,8 +275,53 @@ impl Running {
     }
 }
 
+/// The listener for `key`: the socket systemd passed for it, or `addr` bound now.
+async fn listen(
+    key: &str,
+    addr: SocketAddr,
+    passed: Option<activation::Passed>,
+) -> anyhow::Result<TcpListener> {
+    let Some(passed) = passed else {
+        return TcpListener::bind(addr).await.map_err(|e| {
+            let why = if e.kind() == std::io::ErrorKind::PermissionDenied {
+                // The packaged unit has no capabilities.
+                "ports below 1024 need privilege: enable hookinbox.socket, which binds \
+                 the port and passes it to the service"
+            } else {
+                "is another process using the port?"
+            };
+            anyhow::Error::new(e).context(format!("binding {key} {addr} ({why})"))
+        });
+    };
+    tracing::info!(address = %passed.addr, fd_name = %passed.name,
+        "{key}: listening on the socket systemd passed (socket activation), not on {addr}");
+    // The config's address is the one `check` shows and `hookinbox sign` puts in its URLs.
+    // (Port 0, "any", is for tests.)
+    if addr.port() != 0 && passed.addr.port() != addr.port() {
+        tracing::warn!(
+            "systemd passed the socket for {key} on {}, but {key} says {addr}; \
+             `check` and `hookinbox sign` use the config's: set {key} = \"{}\"",
+            passed.addr,
+            passed.addr
+        );
+    }
+    let socket = passed.listener;
+    socket
+        .set_nonblocking(true)
+        .with_context(|| format!("the socket systemd passed for {key}"))?;
+    TcpListener::from_std(socket).with_context(|| format!("the socket systemd passed for {key}"))
+}
+
 /// Opens the inbox, binds both listeners and starts serving.
 pub async fn start(config: Config) -> anyhow::Result<Running> {
+    start_with(config, activation::Inherited::none()).await
+}
+
+/// [`start`] with the listeners systemd passed, where it did.
+pub async fn start_with(
+    config: Config,
+    inherited: activation::Inherited,
+) -> anyhow::Result<Running> {
     // reqwest is built without a default crypto provider so that only ring is in the tree;
     // this installs it (a second call, as in tests, finds it installed).
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -289,22 +336,8 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let (store, held) = opened?;
     let inbox_name = location.name();
 
-    let public = TcpListener::bind(config.server.listen)
-        .await
-        .with_context(|| {
-            format!(
-                "binding server.listen {} (is another process using the port?)",
-                config.server.listen
-            )
-        })?;
-    let admin = TcpListener::bind(config.admin.listen)
-        .await
-        .with_context(|| {
-            format!(
-                "binding admin.listen {} (is another process using the port?)",
-                config.admin.listen
-            )
-        })?;
+    let public = listen("server.listen", config.server.listen, inherited.public).await?;
+    let admin = listen("admin.listen", config.admin.listen, inherited.admin).await?;
     let public_addr = public.local_addr()?;
     let admin_addr = admin.local_addr()?;
     store
@@ -529,7 +562,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
 }
 
 /// Runs until SIGTERM or SIGINT; SIGHUP reloads the configuration from `path`.
-pub async fn run(config: Config) -> anyhow::Result<()> {
+pub async fn run(config: Config, inherited: activation::Inherited) -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     // Installed before the server starts, so that no signal finds the default action.
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
@@ -539,7 +572,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let path = config.path.clone();
     let db = config.store.path.clone();
     let mut sources = config.sources.len();
-    let running = start(config).await?;
+    let running = start_with(config, inherited).await?;
     // The inbox is open and migrated, both listeners are bound, the writer answered: ready.
     // (Outside systemd, NOTIFY_SOCKET is unset and these do nothing.)
     let serving = |sources: usize| format!("serving {sources} sources on {}", running.public_addr);

@@ -75,7 +75,10 @@ const FILE: &[Section] = &[
                 form: "address",
                 if_absent: IfAbsent::Default("\"127.0.0.1:8080\""),
                 meaning: "Where providers' requests arrive, at POST /hooks/NAME. Keep it \
-                          behind a TLS proxy, or set [server.tls].",
+                          behind a TLS proxy, or set [server.tls]. With hookinbox.socket \
+                          enabled, systemd binds the port and serve listens on the socket it \
+                          passes (socket activation); keep this its address, which sign \
+                          and check show.",
             },
             Key {
                 name: "max_body",
@@ -174,7 +177,8 @@ const FILE: &[Section] = &[
                 if_absent: IfAbsent::Default("\"127.0.0.1:9180\""),
                 meaning: "Where the admin listener answers. Keep it local (browse the web \
                           inbox through an SSH tunnel); it must not share server.listen's \
-                          port.",
+                          port. With hookinbox.socket enabled, hookinbox-admin.socket binds \
+                          it (keep the two equal).",
             },
             Key {
                 name: "actions",

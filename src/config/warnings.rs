@@ -131,6 +131,27 @@ impl Config {
                 self.store.path.parent().unwrap_or(Path::new("/")).display()
             ));
         }
+        // The packaged unit has no capabilities: it cannot bind a privileged port itself.
+        // With hookinbox.socket enabled systemd binds the listeners and serve does not, so
+        // there is nothing to say about their addresses here.
+        if UNIT_PATHS.iter().any(|u| Path::new(u).exists()) && !Path::new(SOCKET_ENABLED).exists() {
+            let unprivileged = std::fs::read_to_string(UNPRIVILEGED_PORT_START)
+                .ok()
+                .and_then(|s| s.trim().parse::<u16>().ok())
+                .unwrap_or(1024);
+            for (key, addr) in [
+                ("server.listen", self.server.listen),
+                ("admin.listen", self.admin.listen),
+            ] {
+                if addr.port() != 0 && addr.port() < unprivileged {
+                    out.push(format!(
+                        "{key} {addr}: the packaged unit has no capability to bind a port below \
+                         {unprivileged}; enable hookinbox.socket, which binds it and passes it \
+                         to the service (`systemctl enable --now hookinbox.socket hookinbox`)"
+                    ));
+                }
+            }
+        }
         if let Some(tls) = &self.server.tls {
             out.extend(certificate_warnings(&tls.cert, crate::clock::unix_now()));
         }
@@ -221,6 +242,10 @@ const UNIT_PATHS: [&str; 3] = [
     "/etc/systemd/system/hookinbox.service",
 ];
 const STATE_DIRECTORY: &str = "/var/lib/hookinbox";
+/// The link `systemctl enable hookinbox.socket` makes (its WantedBy=).
+const SOCKET_ENABLED: &str = "/etc/systemd/system/sockets.target.wants/hookinbox.socket";
+/// The lowest port a process without CAP_NET_BIND_SERVICE may bind (1024 unless changed).
+const UNPRIVILEGED_PORT_START: &str = "/proc/sys/net/ipv4/ip_unprivileged_port_start";
 /// The user the packaged unit runs as.
 const SERVICE_USER: &str = "hookinbox";
 

@@ -91,6 +91,7 @@ where
         .max_headers(MAX_HEADERS)
         .max_buf_size(MAX_HEAD_BYTES);
     tokio::pin!(shutdown);
+    let mut last_accept = None;
     'accept: loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -125,6 +126,7 @@ where
                 }
             },
         };
+        last_accept = Some(Instant::now());
         let _ = stream.set_nodelay(true);
         // hyper has no write timeout: a peer that pipelines requests and never reads the
         // answers would hold its connection, and a permit, forever. A peer that reads
@@ -207,6 +209,14 @@ where
         });
     }
     drop(listener);
+    // Told to shut down, hyper closes a connection that has read nothing yet: one accepted
+    // just now would be closed with its request unread, and its client would get an empty
+    // reply (seen in packaging/test-systemd.sh's restarts under load). It gets the grace a
+    // new connection has for its first request; the next connections wait in the socket's
+    // queue (socket activation) for the next process.
+    if let Some(at) = last_accept {
+        tokio::time::sleep_until((at + FIRST_REQUEST_GRACE).into()).await;
+    }
     if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
         .await
         .is_err()

@@ -12,6 +12,9 @@
 //! - `dedup`: replays, concurrent identical deliveries, and same-id-different-bytes conflicts.
 //! - `install`: systemd readiness (READY=1 only once the listener answers), HTTPS with a
 //!   self-signed certificate, and X-Forwarded-For from trusted proxies only.
+//! - `activation`: socket activation: the real binary under `systemd-socket-activate` takes
+//!   its public and admin listeners by name, stores what they receive, and refuses a socket
+//!   it cannot use (a wrong name, UDP, not listening) with exit 3 and the fix.
 //! - `limits`: body size (declared and chunked), stalled bodies, silent clients, RFC 9112
 //!   framing, and slow or idle clients over the connection cap.
 //! - `store_failure`: a full disk and a locked database answer 503, never 2xx, and recover;
@@ -75,6 +78,7 @@
 //! - `fuzz_corpora`: every committed fuzz corpus file replayed through the fuzz harness
 //!   (signature parsers in process, raw HTTP bytes through the real service).
 
+mod activation;
 mod alerts;
 mod allow;
 mod cli;
