@@ -210,8 +210,10 @@ impl Receiver {
     ///
     /// The chunks are kept as hyper hands them over and joined once, at the end, into one
     /// buffer of the body's real length. Nothing is sized by the declared length: a buffer
-    /// reserved for it up front, touched by each chunk as it came, left the allocator with
-    /// 1 MiB blocks it did not give back (ten floods of 1,000 bodies: 541 MiB resident).
+    /// reserved for it up front cost every head its declared size in address space, and
+    /// ten floods of 1,000 unauthenticated 1 MiB bodies left the process at 572 MiB
+    /// resident, growing with each; kept as they arrive, it stays at 132 MiB
+    /// (BENCHMARKS.md, "Bounded resources").
     async fn read_body(
         &self,
         mut body: Incoming,
