@@ -115,6 +115,16 @@ impl Admin {
 
 impl Handler for Admin {
     async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Full<Bytes>> {
+        crate::web::secure(self.answer(req, peer).await)
+    }
+}
+
+impl Admin {
+    async fn answer(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Full<Bytes>> {
+        // Every path, not only the web inbox's: /metrics names the sources and targets.
+        if self.web.allowed_host(&req).is_none() {
+            return crate::web::misdirected();
+        }
         let own = matches!(req.uri().path(), "/metrics" | "/healthz" | "/readyz");
         if !own {
             return self.web.handle(req, peer).await;

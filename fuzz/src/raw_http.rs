@@ -574,7 +574,7 @@ fn status(line: &str) -> Result<u16, String> {
 /// admin's `/readyz`, which answers only after the writer has drained its queue; the
 /// connection is closed by then, so nothing more of it can be queued.
 fn new_rows(server: &mut Server) -> Vec<Row> {
-    let ready = b"GET /readyz HTTP/1.1\r\nHost: fuzz\r\nConnection: close\r\n\r\n";
+    let ready = b"GET /readyz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
     assert_eq!(
         exchange(server.admin, ready, true),
         [200],

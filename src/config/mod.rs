@@ -61,6 +61,11 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 /// with nearly complete 1 MiB bodies took a process without it to 1.08 GiB). 64 MiB keeps
 /// a small VM safe and still holds 40,000 typical 1.5 KB bodies in flight.
 pub const DEFAULT_BODY_BUDGET: u64 = 64 * 1024 * 1024;
+/// The slowest a body may arrive, in bytes a second, after its first second
+/// (`server.min_body_rate`). A provider's body comes in one or two packets; a client that
+/// trickles one holds a slot and a share of the budget for nothing. 1 KiB/s is what a link
+/// of the 1990s managed.
+pub const DEFAULT_MIN_BODY_RATE: u64 = 1024;
 /// Its ceiling: beyond a few GiB it no longer protects a VM this runs on.
 pub const MAX_BODY_BUDGET: u64 = 4 * 1024 * 1024 * 1024;
 /// Upper bound on `max_connections`: far beyond what a small VM's file descriptors allow.
@@ -113,6 +118,8 @@ pub struct Server {
     pub max_connections: usize,
     /// Bytes of request bodies in memory at once; beyond it a body waits briefly, then 503.
     pub body_budget: u64,
+    /// Bytes a second a body must average after its first second; 0 for no floor.
+    pub min_body_rate: u64,
     /// Peers whose `X-Forwarded-For` is believed; empty means nobody's.
     pub trusted_proxies: Vec<crate::proxy::Cidr>,
     /// HTTPS on the public listener; reloaded on SIGHUP.
@@ -614,6 +621,7 @@ impl Config {
             body_timeout: self.server.body_timeout,
             max_connections: self.server.max_connections,
             body_budget: self.server.body_budget,
+            min_body_rate: self.server.min_body_rate,
             tls: self.server.tls.is_some(),
             admin: self.admin.clone(),
             store: self.store.clone(),
@@ -632,6 +640,7 @@ pub struct RestartOnly {
     pub body_timeout: Duration,
     pub max_connections: usize,
     pub body_budget: u64,
+    pub min_body_rate: u64,
     /// Whether the listener speaks TLS (its files reload; switching it on or off does not).
     pub tls: bool,
     pub admin: AdminSettings,
@@ -648,6 +657,7 @@ impl RestartOnly {
             body_timeout,
             max_connections,
             body_budget,
+            min_body_rate,
             tls,
             admin:
                 AdminSettings {
@@ -677,6 +687,10 @@ impl RestartOnly {
                 *max_connections != other.max_connections,
             ),
             ("server.body_budget", *body_budget != other.body_budget),
+            (
+                "server.min_body_rate",
+                *min_body_rate != other.min_body_rate,
+            ),
             ("server.tls", *tls != other.tls),
             ("admin.listen", *admin_listen != other.admin.listen),
             ("admin.actions", *actions != other.admin.actions),

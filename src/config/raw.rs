@@ -45,6 +45,8 @@ pub(super) struct RawServer {
     pub(super) max_connections: usize,
     #[serde(default = "default_body_budget", deserialize_with = "de_size")]
     pub(super) body_budget: u64,
+    #[serde(default = "default_min_body_rate", deserialize_with = "de_rate")]
+    pub(super) min_body_rate: u64,
     #[serde(default)]
     pub(super) trusted_proxies: Vec<String>,
     /// Where a provider's address list is fetched from instead of the provider's own URL,
@@ -64,6 +66,7 @@ impl Default for RawServer {
             body_timeout: DEFAULT_BODY_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             body_budget: DEFAULT_BODY_BUDGET,
+            min_body_rate: DEFAULT_MIN_BODY_RATE,
             trusted_proxies: Vec::new(),
             allow_lists: Default::default(),
             tls: None,
@@ -411,6 +414,9 @@ pub(super) fn default_body_timeout() -> Duration {
 pub(super) fn default_body_budget() -> u64 {
     DEFAULT_BODY_BUDGET
 }
+pub(super) fn default_min_body_rate() -> u64 {
+    DEFAULT_MIN_BODY_RATE
+}
 pub(super) fn default_max_connections() -> usize {
     DEFAULT_MAX_CONNECTIONS
 }
@@ -462,6 +468,18 @@ pub(super) fn de_opt_durations<'de, D: Deserializer<'de>>(
 pub(super) fn de_size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     let text = String::deserialize(d)?;
     parse_size(&text).map_err(serde::de::Error::custom)
+}
+
+fn de_rate<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let text = String::deserialize(d)?;
+    parse_rate(&text).map_err(serde::de::Error::custom)
+}
+
+/// A rate in bytes a second: `"1KiB/s"`, `"500/s"`; `"0/s"` is no floor.
+pub fn parse_rate(text: &str) -> Result<u64, String> {
+    let bad = || format!("bad rate {text:?}; write a size a second, like \"1KiB/s\"");
+    let size = text.trim().strip_suffix("/s").ok_or_else(bad)?;
+    parse_size(size).map_err(|_| bad())
 }
 
 /// A human duration: `"5m"`, `"30d"`, `"1h 30m"`, `"500ms"`.

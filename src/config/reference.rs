@@ -118,6 +118,17 @@ const FILE: &[Section] = &[
                           body that finds no room within a second is answered 503.",
             },
             Key {
+                name: "min_body_rate",
+                form: "size a second",
+                if_absent: IfAbsent::Default("\"1KiB/s\""),
+                meaning: "The slowest a body may arrive: after its first second it must \
+                          have averaged this rate, or the connection is closed (408 if it \
+                          still reads). \"0/s\" turns the floor off; body_timeout still \
+                          applies. At the connection cap a connection still sending a body \
+                          is closed to make room like an idle one; a body that arrived \
+                          whole is never cut.",
+            },
+            Key {
                 name: "trusted_proxies",
                 form: "list of addresses or ranges",
                 if_absent: IfAbsent::Default("[]"),
@@ -191,8 +202,10 @@ const FILE: &[Section] = &[
                 name: "hosts",
                 form: "list of host names",
                 if_absent: IfAbsent::Default("[]"),
-                meaning: "Names the web inbox answers to besides IP addresses and localhost \
-                          (a name a reverse proxy forwards under); any other Host gets 421.",
+                meaning: "Names the admin listener answers to besides IP addresses and \
+                          localhost (a name a reverse proxy forwards under, the name a \
+                          scraper uses); any other Host gets 421 on every path, /metrics \
+                          and /readyz included.",
             },
         ],
     },

@@ -110,15 +110,12 @@ pub(super) fn validate(
         ));
     }
     let (public, admin) = (s.listen, raw.admin.listen);
-    if public.port() != 0
-        && public.port() == admin.port()
-        && (public.ip() == admin.ip()
-            || public.ip().is_unspecified()
-            || admin.ip().is_unspecified())
-    {
+    if binds_clash(public, admin) {
         return Err(format!(
-            "server.listen {public} and admin.listen {admin} are the same port; the admin \
-             listener (/metrics, /readyz) needs one of its own, e.g. \"127.0.0.1:9180\""
+            "server.listen {public} and admin.listen {admin} are the same port to the kernel \
+             (an IPv4-mapped address is its IPv4 address; 0.0.0.0 covers every IPv4 \
+             address, [::] every address); the admin listener (/metrics, /readyz) needs \
+             one of its own, e.g. \"127.0.0.1:9180\""
         ));
     }
     let trusted_proxies = s
@@ -172,6 +169,7 @@ pub(super) fn validate(
             body_timeout: s.body_timeout,
             max_connections: s.max_connections,
             body_budget: s.body_budget,
+            min_body_rate: s.min_body_rate,
             trusted_proxies,
             tls,
         },
@@ -826,4 +824,65 @@ fn valid_name(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+/// Whether the kernel would refuse to bind `b` once `a` is bound (Linux, without
+/// SO_REUSEPORT, and with IPv6 sockets dual-stack as `net.ipv6.bindv6only = 0` makes them):
+/// the same port, and addresses that overlap once an IPv4-mapped IPv6 address is read as
+/// the IPv4 address it is. `0.0.0.0` overlaps every IPv4 address, `[::]` every address of
+/// either family; a specific IPv6 address overlaps only itself and `[::]`.
+pub(super) fn binds_clash(a: SocketAddr, b: SocketAddr) -> bool {
+    use std::net::IpAddr;
+    let kernel = |ip: IpAddr| match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    };
+    if a.port() == 0 || a.port() != b.port() {
+        return false;
+    }
+    let (x, y) = (kernel(a.ip()), kernel(b.ip()));
+    let dual_stack = |ip: IpAddr| ip == IpAddr::from(std::net::Ipv6Addr::UNSPECIFIED);
+    match (x, y) {
+        (IpAddr::V4(_), IpAddr::V4(_)) | (IpAddr::V6(_), IpAddr::V6(_)) => {
+            x == y || x.is_unspecified() || y.is_unspecified()
+        }
+        _ => dual_stack(x) || dual_stack(y),
+    }
+}
+
+#[cfg(test)]
+mod clash_tests {
+    use super::binds_clash;
+    use std::net::{SocketAddr, TcpListener};
+
+    /// The rule against the kernel itself: each pair is bound for real, on a port found
+    /// free, and the second bind fails exactly when `binds_clash` says it would.
+    #[test]
+    fn listen_addresses_clash_as_the_kernel_binds_them() {
+        let mut ips = vec!["127.0.0.1", "127.0.0.2", "0.0.0.0"];
+        // A machine without IPv6, or with IPv6 sockets made IPv6-only, checks IPv4 alone.
+        let dual_stack = std::fs::read_to_string("/proc/sys/net/ipv6/bindv6only")
+            .is_ok_and(|v| v.trim() == "0")
+            && TcpListener::bind("[::1]:0").is_ok();
+        if dual_stack {
+            ips.extend(["[::ffff:127.0.0.1]", "[::ffff:0.0.0.0]", "[::1]", "[::]"]);
+        }
+        let wildcard = if dual_stack { "[::]:0" } else { "0.0.0.0:0" };
+        for &a in &ips {
+            for &b in &ips {
+                // A port free on every address: the wildcard of both families.
+                let probe = TcpListener::bind(wildcard).unwrap();
+                let port = probe.local_addr().unwrap().port();
+                drop(probe);
+                let (a, b): (SocketAddr, SocketAddr) = (
+                    format!("{a}:{port}").parse().unwrap(),
+                    format!("{b}:{port}").parse().unwrap(),
+                );
+                let first = TcpListener::bind(a).unwrap();
+                let refused = TcpListener::bind(b).is_err();
+                drop(first);
+                assert_eq!(binds_clash(a, b), refused, "{a} then {b}");
+            }
+        }
+    }
 }

@@ -28,6 +28,8 @@ pub enum Outcome {
     Rejected(Reject),
     TooLarge,
     BodyTimeout,
+    /// The body arrived slower than `server.min_body_rate`.
+    TooSlow,
     /// The body could not be read (the client broke off mid-body).
     BadBody,
     /// The memory budget for bodies in flight stayed full (`server.body_budget`).
@@ -74,7 +76,7 @@ impl Outcome {
             Outcome::Rejected(r) if r.is_auth() => "rejected",
             Outcome::Rejected(_) | Outcome::BadBody => "invalid",
             Outcome::TooLarge => "too_large",
-            Outcome::BodyTimeout => "timeout",
+            Outcome::BodyTimeout | Outcome::TooSlow => "timeout",
             Outcome::Overloaded => "overloaded",
             Outcome::Unavailable(_) | Outcome::KeyUnavailable(_) | Outcome::NoAllowList(_) => {
                 "unavailable"
@@ -94,7 +96,7 @@ impl Outcome {
             Outcome::Rejected(r) if r.is_auth() => StatusCode::UNAUTHORIZED,
             Outcome::Rejected(_) | Outcome::BadBody => StatusCode::BAD_REQUEST,
             Outcome::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            Outcome::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            Outcome::BodyTimeout | Outcome::TooSlow => StatusCode::REQUEST_TIMEOUT,
             Outcome::Unavailable(_)
             | Outcome::KeyUnavailable(_)
             | Outcome::Overloaded
@@ -198,6 +200,7 @@ mod tests {
             Outcome::Rejected(Reject::BadBody("not JSON")),
             Outcome::TooLarge,
             Outcome::BodyTimeout,
+            Outcome::TooSlow,
             Outcome::BadBody,
             Outcome::Overloaded,
             Outcome::Unavailable(WriteError::QueueFull),

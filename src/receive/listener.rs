@@ -63,14 +63,18 @@ impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
 /// connects, the connection that has waited longest without a request in progress (one
 /// still sending its head, doing its TLS handshake, or idle between requests) is closed to
 /// make room, a new one only after [`FIRST_REQUEST_GRACE`] ([`Slot::spared`]). While no
-/// connection can be closed, the new one waits.
+/// connection can be closed, the new one waits. On the public listener
+/// ([`Handler::EVICTS_UNREAD_BODIES`]) a connection still sending its request's body counts
+/// as idle too, from the moment its head arrived: until the body is whole nothing of it can
+/// be stored, and a client that trickles one would otherwise hold its slot until
+/// `body_timeout` (150 such clients at a cap of 64 made every signed request wait 4.5-7.6 s).
 /// Otherwise a few hundred slow or idle connections would hold every slot until their
 /// header timeout and a provider's signed request would wait behind them (Slack gives up
 /// after 3 s). Nothing is lost by it: a closed connection had no request in progress, and
 /// its client reconnects. A request that had started is never cut (see [`Slot`]); the
 /// answer's bytes are in hyper's hands before the connection counts as idle ([`Answer`]).
-/// A client that trickles its body is inside a request: `body_timeout` and the body budget
-/// bound it, not this.
+/// Once the handler has the whole body it claims the request ([`BodyRead::whole`]); from
+/// then on, through its commit and answer, the connection is never closed for room.
 pub async fn serve<H, F>(listener: TcpListener, limits: Limits, handler: Arc<H>, shutdown: F)
 where
     H: Handler + Send + Sync + 'static,
@@ -140,12 +144,15 @@ where
         };
         let handler = handler.clone();
         let service_slot = slot.clone();
-        let service = service_fn(move |req: Request<Incoming>| {
+        let service = service_fn(move |mut req: Request<Incoming>| {
             let (handler, slot) = (handler.clone(), service_slot.clone());
             // When hyper has the head, not when it first polls the answer: in between it
             // reads on (the body, or a look for the next request) and may find nothing
             // waiting, which would make the connection closable with its request parsed.
-            let began = slot.begin();
+            let began = slot.begin(H::EVICTS_UNREAD_BODIES);
+            if H::EVICTS_UNREAD_BODIES {
+                req.extensions_mut().insert(BodyRead(slot.clone()));
+            }
             async move {
                 if !began {
                     // Closed for room before its head was read; the answer goes nowhere.
@@ -386,6 +393,29 @@ struct Slot {
 const BETWEEN: u8 = 0;
 const IN_REQUEST: u8 = 1;
 const CLOSED: u8 = 2;
+/// Inside a request whose body is still arriving: closable, like [`BETWEEN`].
+const READING: u8 = 3;
+
+/// Handed to the handler with each request (in its extensions) on a listener whose handler
+/// [`Handler::EVICTS_UNREAD_BODIES`].
+#[derive(Clone)]
+pub struct BodyRead(Arc<Slot>);
+
+impl BodyRead {
+    /// The body is whole: from now on the request is not closed for room. False if it was
+    /// closed first; the handler then stores nothing (its answer goes nowhere).
+    pub fn whole(&self) -> bool {
+        match self.0.state.compare_exchange(
+            READING,
+            IN_REQUEST,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) | Err(IN_REQUEST) => true,
+            Err(_) => false,
+        }
+    }
+}
 
 impl Idle {
     fn register(&self) -> Arc<Slot> {
@@ -418,9 +448,10 @@ impl Idle {
     fn close_oldest(&self, now: Instant) -> (bool, Option<Instant>) {
         let slots = self.slots.lock().expect("no panics while holding the lock");
         let mut spared_until: Option<Instant> = None;
-        let mut candidates: Vec<(Instant, &Arc<Slot>)> = Vec::new();
+        let mut candidates: Vec<(Instant, u8, &Arc<Slot>)> = Vec::new();
         for s in slots.values() {
-            if s.state.load(Ordering::Acquire) != BETWEEN {
+            let state = s.state.load(Ordering::Acquire);
+            if state != BETWEEN && state != READING {
                 continue;
             }
             let since = *s.since.lock().expect("no panics while holding the lock");
@@ -429,13 +460,14 @@ impl Idle {
                 spared_until = Some(spared_until.map_or(grace_ends, |t| t.min(grace_ends)));
                 continue;
             }
-            candidates.push((since, s));
+            candidates.push((since, state, s));
         }
-        candidates.sort_by_key(|(since, _)| *since);
-        let closed = candidates.into_iter().any(|(_, s)| {
+        candidates.sort_by_key(|(since, _, _)| *since);
+        let closed = candidates.into_iter().any(|(_, state, s)| {
+            // Lost if the connection began a request, or its body became whole, meanwhile.
             let won = s
                 .state
-                .compare_exchange(BETWEEN, CLOSED, Ordering::AcqRel, Ordering::Acquire)
+                .compare_exchange(state, CLOSED, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok();
             if won {
                 // Stored if the task is not waiting yet: it will see it when it does.
@@ -448,16 +480,20 @@ impl Idle {
 }
 
 impl Slot {
-    /// A request starts; false if the connection was closed for room first.
-    fn begin(&self) -> bool {
+    /// A request starts, still reading its body if `reading`; false if the connection was
+    /// closed for room first.
+    fn begin(&self, reading: bool) -> bool {
         // The next request of a pipeline, parsed before the last answer was flushed: the
         // connection never left its request.
         if self.answered.swap(false, Ordering::AcqRel) {
             return true;
         }
+        // Oldest first among closable connections: a body counts from its head.
+        *self.since.lock().expect("no panics while holding the lock") = Instant::now();
+        let state = if reading { READING } else { IN_REQUEST };
         let began = self
             .state
-            .compare_exchange(BETWEEN, IN_REQUEST, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(BETWEEN, state, Ordering::AcqRel, Ordering::Acquire)
             .is_ok();
         if began {
             self.spared.store(false, Ordering::Release);
@@ -468,11 +504,13 @@ impl Slot {
     /// The request was answered; the connection is between requests again.
     fn end(&self) {
         *self.since.lock().expect("no panics while holding the lock") = Instant::now();
-        if self
-            .state
-            .compare_exchange(IN_REQUEST, BETWEEN, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
+        // READING: answered without reading its body (a refusal), which closes it.
+        let ended = [IN_REQUEST, READING].into_iter().any(|from| {
+            self.state
+                .compare_exchange(from, BETWEEN, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        });
+        if ended {
             self.became_idle.notify_one();
         }
     }
@@ -490,15 +528,16 @@ impl Slot {
 /// Each refusal closes the connection: the body was not read.
 fn malformed<B>(req: &Request<B>) -> Option<Response<Full<Bytes>>> {
     use hyper::http::{StatusCode, Version, uri::Authority};
+    // With the admin listener's headers: it answers these too.
     let refuse = |status: StatusCode, why: &'static str| {
-        Some(
+        Some(crate::web::secure(
             Response::builder()
                 .status(status)
                 .header(CONTENT_TYPE, "text/plain; charset=utf-8")
                 .header(CONNECTION, "close")
                 .body(Full::new(Bytes::from_static(why.as_bytes())))
                 .expect("static header values are valid"),
-        )
+        ))
     };
     let mut hosts = req.headers().get_all(HOST).iter();
     match (hosts.next(), hosts.next()) {
@@ -538,6 +577,11 @@ fn malformed<B>(req: &Request<B>) -> Option<Response<Full<Bytes>>> {
 
 /// Something that answers a request. Implemented by the public receiver and the admin API.
 pub trait Handler {
+    /// Whether a request whose body is still arriving may be closed for room at the cap:
+    /// the handler then claims each request once its body is whole ([`BodyRead`], in the
+    /// request's extensions).
+    const EVICTS_UNREAD_BODIES: bool = false;
+
     fn handle(
         &self,
         req: Request<Incoming>,

@@ -15,6 +15,7 @@ pub mod answer;
 pub mod fetch;
 pub mod listener;
 pub mod recent;
+pub mod refusals;
 pub mod tls;
 
 use std::collections::HashMap;
@@ -89,6 +90,10 @@ impl Live {
 /// timeout.
 pub const BODY_BUDGET_WAIT: Duration = Duration::from_secs(1);
 
+/// How long a body may take before `server.min_body_rate` applies: a provider's body is in
+/// the first packets, but a new connection's first round trips may be slow.
+pub const MIN_RATE_GRACE: Duration = Duration::from_secs(1);
+
 /// The bytes of request bodies held in memory at once, over all connections
 /// (`server.body_budget`). A body takes room as its bytes arrive and gives it back when it
 /// is dropped: after its request was refused, or with its event once the writer is done
@@ -152,9 +157,13 @@ pub struct Receiver {
     watch: Arc<Watch>,
     max_body: u64,
     body_timeout: Duration,
+    /// `server.min_body_rate`, in bytes a second; 0 for none.
+    min_body_rate: u64,
     budget: Arc<BodyBudget>,
     /// Identities committed in the last minute, for answering retries without the writer.
     recent: recent::Recent,
+    /// Which refusals are logged in full, and how many more were not.
+    refusals: Arc<refusals::RefusalLog>,
 }
 
 impl Receiver {
@@ -187,8 +196,10 @@ impl Receiver {
             metrics,
             max_body: server.max_body,
             body_timeout: server.body_timeout,
+            min_body_rate: server.min_body_rate,
             budget,
             recent: recent::Recent::default(),
+            refusals: refusals::RefusalLog::start(),
         }
     }
 
@@ -204,23 +215,39 @@ impl Receiver {
     }
 
     /// Reads the body up to `max_body`, taking room in the budget for each chunk as it
-    /// arrives.
+    /// arrives, and no slower than `min_body_rate` after [`MIN_RATE_GRACE`].
+    ///
+    /// The chunks are kept as hyper hands them over and joined once, at the end, into one
+    /// buffer of the body's real length. Nothing is sized by the declared length: a buffer
+    /// reserved for it up front cost every head its declared size in address space, and
+    /// ten floods of 1,000 unauthenticated 1 MiB bodies left the process at 572 MiB
+    /// resident, growing with each; kept as they arrive, it stays at 132 MiB
+    /// (BENCHMARKS.md, "Bounded resources").
     async fn read_body(
         &self,
         mut body: Incoming,
-        declared: Option<u64>,
     ) -> Result<(Bytes, Option<tokio::sync::OwnedSemaphorePermit>), Outcome> {
         let max = usize::try_from(self.max_body).unwrap_or(usize::MAX);
-        // Sized by the declared length (at most max_body): pages that are never written
-        // are never resident, so a client that declares much and sends little costs little.
-        let expected = declared.map_or(0, |n| usize::try_from(n).unwrap_or(max).min(max));
-        let mut bytes = bytes::BytesMut::with_capacity(expected);
+        let mut chunks: Vec<Bytes> = Vec::new();
+        let mut received = 0usize;
         let mut room: Option<tokio::sync::OwnedSemaphorePermit> = None;
-        while let Some(frame) = body.frame().await {
+        let started = tokio::time::Instant::now();
+        loop {
+            let frame = match self.min_body_rate {
+                0 => body.frame().await,
+                rate => {
+                    // By then the body must have averaged `rate` since its grace ended.
+                    let due = Duration::from_secs_f64((received as f64 + 1.0) / rate as f64);
+                    tokio::time::timeout_at(started + MIN_RATE_GRACE + due, body.frame())
+                        .await
+                        .map_err(|_| Outcome::TooSlow)?
+                }
+            };
+            let Some(frame) = frame else { break };
             let Ok(data) = frame.map_err(|_| Outcome::BadBody)?.into_data() else {
                 continue; // trailers carry nothing we keep
             };
-            if bytes.len() + data.len() > max {
+            if received + data.len() > max {
                 return Err(Outcome::TooLarge);
             }
             let more = self
@@ -232,9 +259,21 @@ impl Receiver {
                 Some(r) => r.merge(more),
                 None => room = Some(more),
             }
-            bytes.extend_from_slice(&data);
+            received += data.len();
+            chunks.push(data);
         }
-        Ok((bytes.freeze(), room))
+        let body = match chunks.len() {
+            0 => Bytes::new(),
+            1 => chunks.swap_remove(0),
+            _ => {
+                let mut whole = bytes::BytesMut::with_capacity(received);
+                for chunk in chunks {
+                    whole.extend_from_slice(&chunk);
+                }
+                whole.freeze()
+            }
+        };
+        Ok((body, room))
     }
 
     /// Stores a secret a handshake handed over, if the source's window is open; only then
@@ -353,12 +392,19 @@ impl Receiver {
         }
         // `room` is the body's share of the budget; it goes with the body into the event,
         // and is given back when the last of the two is dropped.
-        let (body, room) =
-            match tokio::time::timeout(self.body_timeout, self.read_body(body, declared)).await {
-                Err(_) => return (Outcome::BodyTimeout, None),
-                Ok(Err(outcome)) => return (outcome, None),
-                Ok(Ok(read)) => read,
-            };
+        let (body, room) = match tokio::time::timeout(self.body_timeout, self.read_body(body)).await
+        {
+            Err(_) => return (Outcome::BodyTimeout, None),
+            Ok(Err(outcome)) => return (outcome, None),
+            Ok(Ok(read)) => read,
+        };
+        // Until here the connection could be closed for room like an idle one; from here
+        // on, through the commit and the answer, it is not.
+        if let Some(read) = parts.extensions.get::<listener::BodyRead>()
+            && !read.whole()
+        {
+            return (Outcome::Overloaded, None);
+        }
 
         let input = Input {
             method: &parts.method,
@@ -488,6 +534,8 @@ impl Receiver {
 }
 
 impl listener::Handler for Receiver {
+    const EVICTS_UNREAD_BODIES: bool = true;
+
     async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Full<Bytes>> {
         let started = Instant::now();
         let live = self
@@ -533,6 +581,22 @@ impl listener::Handler for Receiver {
         }
         let event_id = event_id.as_deref().unwrap_or("-");
         let duration_ms = (started.elapsed().as_secs_f64() * 1e6).round() / 1e3;
+        // A refusal is counted above; its line is the first of its source and reason in a
+        // minute, or a part of the summary (`refusals`).
+        let reason = match &outcome {
+            Outcome::Rejected(reject) => Some(reject.reason()),
+            Outcome::TooLarge
+            | Outcome::BodyTimeout
+            | Outcome::TooSlow
+            | Outcome::BadBody
+            | Outcome::Overloaded => Some(outcome.label()),
+            _ => None,
+        };
+        if let Some(reason) = reason
+            && !self.refusals.first(&source.name, reason, Instant::now())
+        {
+            return outcome.response();
+        }
         match &outcome {
             Outcome::Rejected(reject) => tracing::info!(
                 source = %source.name, %client, outcome = outcome.label(), status = status.as_u16(),

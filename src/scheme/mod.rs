@@ -88,6 +88,10 @@ pub enum Reject {
     MissingHeader(&'static str),
     #[error("malformed header {0}")]
     MalformedHeader(&'static str),
+    /// More signatures in one header than [`MAX_SIGNATURES`]: each costs a comparison, and
+    /// no provider sends that many.
+    #[error("header {0} carries more than 8 signatures (providers send one per active secret)")]
+    TooManySignatures(&'static str),
     #[error("no signature matched any configured secret")]
     NoMatch,
     #[error("timestamp older than the tolerance")]
@@ -124,7 +128,7 @@ impl Reject {
     pub fn reason(&self) -> &'static str {
         match self {
             Reject::MissingHeader(_) => "missing_header",
-            Reject::MalformedHeader(_) => "malformed_header",
+            Reject::MalformedHeader(_) | Reject::TooManySignatures(_) => "malformed_header",
             Reject::NoMatch => "no_match",
             Reject::TooOld => "timestamp_too_old",
             Reject::TooNew => "timestamp_too_new",

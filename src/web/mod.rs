@@ -171,11 +171,7 @@ impl Web {
         peer: std::net::SocketAddr,
     ) -> Response<Full<Bytes>> {
         let Some(host) = self.allowed_host(&req) else {
-            return plain(
-                StatusCode::MISDIRECTED_REQUEST,
-                "this Host is not one the web inbox answers to: browse it by IP address or \
-                 localhost (an SSH tunnel), or add the name to admin.hosts\n",
-            );
+            return misdirected();
         };
         if !from_here_or_typed(&req) {
             return plain(
@@ -237,8 +233,9 @@ impl Web {
         }
     }
 
-    /// The request's Host when it is one the web inbox answers to.
-    fn allowed_host(&self, req: &Request<Incoming>) -> Option<String> {
+    /// The request's Host when it is one the admin listener answers to: an IP address,
+    /// `localhost` or one of `admin.hosts`.
+    pub fn allowed_host<B>(&self, req: &Request<B>) -> Option<String> {
         let host = req
             .headers()
             .get(header::HOST)
@@ -384,6 +381,34 @@ fn respond(status: StatusCode, markup: Markup) -> Response<Full<Bytes>> {
         .header(header::CACHE_CONTROL, "no-store")
         .body(Full::new(markup.into_string().into()))
         .expect("static header values are valid")
+}
+
+/// The answer to a Host that is not one the admin listener answers to, on any of its paths:
+/// a page on another site that points its own name at this address (DNS rebinding) reads
+/// nothing, not `/metrics` either.
+pub fn misdirected() -> Response<Full<Bytes>> {
+    plain(
+        StatusCode::MISDIRECTED_REQUEST,
+        "this Host is not one the admin listener answers to: browse it by IP address or \
+         localhost (an SSH tunnel), or add the name to admin.hosts\n",
+    )
+}
+
+/// Adds the headers every HTML page carries to any other answer of the admin listener
+/// (plain text, metrics, refusals) where it has none of its own: an answer framed or
+/// sniffed as HTML by another site's page must not run or show anything.
+pub fn secure(mut resp: Response<Full<Bytes>>) -> Response<Full<Bytes>> {
+    let headers = resp.headers_mut();
+    for (name, value) in [
+        (header::CONTENT_SECURITY_POLICY, CSP),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::X_FRAME_OPTIONS, "DENY"),
+    ] {
+        headers
+            .entry(name)
+            .or_insert(HeaderValue::from_static(value));
+    }
+    resp
 }
 
 fn plain(status: StatusCode, text: &'static str) -> Response<Full<Bytes>> {

@@ -184,6 +184,23 @@ fn check_finds_what_serve_would_only_meet_at_run_time() {
             format!("[server]\nlisten = \"127.0.0.1:9180\"\n{store}{DEMO_SOURCE}"),
             "same port",
         ),
+        // The same socket to the kernel, written differently: the admin listener is on
+        // 127.0.0.1:9180 by default.
+        (
+            format!("[server]\nlisten = \"[::ffff:127.0.0.1]:9180\"\n{store}{DEMO_SOURCE}"),
+            "same port",
+        ),
+        (
+            format!("[server]\nlisten = \"0.0.0.0:9180\"\n{store}{DEMO_SOURCE}"),
+            "same port",
+        ),
+        (
+            format!(
+                "[server]\nlisten = \"[::]:9181\"\n[admin]\nlisten = \"10.0.0.1:9181\"\n\
+                 {store}{DEMO_SOURCE}"
+            ),
+            "same port",
+        ),
         (
             format!(
                 "[store]\npath = {:?}\n{DEMO_SOURCE}",

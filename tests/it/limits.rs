@@ -299,7 +299,7 @@ async fn slow_and_idle_clients_over_the_cap_do_not_hold_back_a_signed_request() 
     }
     let started = std::time::Instant::now();
     let mut s = TcpStream::connect(admin).await.unwrap();
-    s.write_all(b"GET /readyz HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n")
+    s.write_all(b"GET /readyz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
         .await
         .unwrap();
     let answer = read_to_close(&mut s).await;
@@ -310,11 +310,12 @@ async fn slow_and_idle_clients_over_the_cap_do_not_hold_back_a_signed_request() 
     server.stop().await;
 }
 
-/// Every slot inside a request when a new peer connects: it waits, and the moment one of
-/// them finishes its request and sits idle on keep-alive, that one makes room; the new peer
-/// does not wait for a body timeout or a keep-alive timeout to free a slot.
+/// Every slot inside a request, each still receiving its body, when a new peer connects:
+/// the one whose request began first (a stalled body) is closed to make room, at once, and
+/// the other, whose body then arrives whole, is answered. Nothing of a body still arriving
+/// can have been stored; the new peer does not wait for a body timeout to free a slot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_connection_that_becomes_idle_at_the_cap_makes_room_at_once() {
+async fn a_body_still_arriving_at_the_cap_makes_room_and_one_that_arrives_is_answered() {
     let settings = SERVER
         .replace(
             "header_timeout = \"1s\"",
@@ -338,6 +339,7 @@ async fn a_connection_that_becomes_idle_at_the_cap_makes_room_at_once() {
     let mut a = TcpStream::connect(addr).await.unwrap();
     a.write_all(head_a.as_bytes()).await.unwrap();
     a.write_all(&body_a[..5]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
     // B: a body that completes after 700 ms, then the connection stays open (keep-alive).
     let (head_b, body_b) = signed("msg_b");
     let mut b = TcpStream::connect(addr).await.unwrap();
@@ -371,8 +373,202 @@ async fn a_connection_that_becomes_idle_at_the_cap_makes_room_at_once() {
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     // Sooner than A's body timeout, the only other way a slot would have been freed.
     assert!(waited < Duration::from_secs(4), "{waited:?}");
+    // B was answered 200 (in `finish_b`); A was the one closed, and stored nothing.
     let _b = finish_b.await.unwrap();
-    drop(a);
+    let answer_a = read_to_close(&mut a).await;
+    assert!(answer_a.is_empty(), "{answer_a}");
+    assert_eq!(
+        server.count("SELECT count(*) FROM events WHERE event_id = 'msg_a'"),
+        0
+    );
+    assert_eq!(server.count("SELECT count(*) FROM events"), 2);
+    server.stop().await;
+}
+
+/// Twice the cap of clients that send a whole head and then trickle the body, a byte every
+/// 200 ms, with no rate floor and a body timeout of 30 s: they hold every slot, and still a
+/// signed request from a new peer is answered 200 and stored. Each trickler that did not fit,
+/// and one more for the signed request, was closed to make room. (Before, a connection
+/// counted as busy once its head was parsed: the signed request waited for a body timeout.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn body_tricklers_over_the_cap_do_not_hold_back_a_signed_request() {
+    let settings = SERVER
+        .replace(
+            "header_timeout = \"1s\"",
+            "header_timeout = \"30s\"\nmax_connections = 8\nmin_body_rate = \"0/s\"",
+        )
+        .replace("body_timeout = \"1s\"", "body_timeout = \"30s\"");
+    let server = TestServer::start_with(&settings, SOURCES).await;
+    let addr = server.public_addr();
+    let mut tricklers = Vec::new();
+    for _ in 0..16 {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"POST /hooks/sw HTTP/1.1\r\nHost: test\r\nContent-Length: 60000\r\n\r\n")
+            .await
+            .unwrap();
+        tricklers.push(tokio::spawn(async move {
+            // Until the server closes it (or the test ends).
+            for _ in 0..150 {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                if s.write_all(b"a").await.is_err() {
+                    return true;
+                }
+            }
+            false
+        }));
+    }
+    let body = event_body("msg_trickled", "");
+    let signed = head(
+        &server,
+        "msg_trickled",
+        &body,
+        &format!("Content-Length: {}", body.len()),
+    );
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+    let mut s = socket.connect(addr).await.unwrap();
+    s.write_all(
+        format!(
+            "{}{}",
+            signed.replace("\r\n\r\n", "\r\nConnection: close\r\n\r\n"),
+            String::from_utf8_lossy(&body)
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let answer = read_to_close(&mut s).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert_eq!(
+        server.count("SELECT count(*) FROM events WHERE event_id = 'msg_trickled'"),
+        1
+    );
+    // 8 tricklers that did not fit, and one for the signed request.
+    let closed = metric(
+        &server.metrics().await,
+        r#"hookinbox_connections_closed_for_room_total{listener="public"}"#,
+    );
+    assert!(closed >= 9.0, "{closed} connections closed for room");
+    assert_eq!(server.count("SELECT count(*) FROM events"), 1);
+    for t in tricklers {
+        t.abort();
+    }
+    server.stop().await;
+}
+
+/// A body that arrives slower than `min_body_rate` (here a byte every 200 ms against the
+/// default 1 KiB/s) is cut with 408 long before its 30 s body timeout, and nothing is stored.
+#[tokio::test]
+async fn a_body_slower_than_the_minimum_rate_is_cut() {
+    let settings = SERVER.replace("body_timeout = \"1s\"", "body_timeout = \"30s\"");
+    let server = TestServer::start_with(&settings, SOURCES).await;
+    let body = event_body("msg_slow_body", "");
+    let mut s = TcpStream::connect(server.public_addr()).await.unwrap();
+    let h = head(
+        &server,
+        "msg_slow_body",
+        &body,
+        &format!("Content-Length: {}", body.len()),
+    );
+    s.write_all(h.as_bytes()).await.unwrap();
+    let (mut read, mut write) = s.into_split();
+    let trickle = tokio::spawn(async move {
+        for byte in body {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            if write.write_all(&[byte]).await.is_err() {
+                return;
+            }
+        }
+    });
+    // read_to_close's patience (10 s) is a third of the body timeout: the floor cut it.
+    let mut answer = Vec::new();
+    tokio::time::timeout(PATIENCE, read.read_to_end(&mut answer))
+        .await
+        .expect("the server cut the body before its body timeout")
+        .ok();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    trickle.abort();
+    assert_eq!(server.count("SELECT count(*) FROM events"), 0);
+    assert!(
+        metric(
+            &server.metrics().await,
+            r#"hookinbox_requests_total{source="sw",outcome="timeout"}"#
+        ) >= 1.0
+    );
+    server.stop().await;
+}
+
+/// Every path of the admin listener answers only the Host names it knows, so that a page
+/// on another site whose name points at 127.0.0.1 (DNS rebinding) cannot read `/metrics`
+/// or `/readyz`; and every answer it gives, plain text included, carries the HTML pages'
+/// security headers.
+#[tokio::test]
+async fn the_admin_listener_checks_host_on_every_path_and_secures_every_answer() {
+    let server = TestServer::start(SOURCES).await;
+    let admin = server.admin.trim_start_matches("http://").to_owned();
+    let port = admin.rsplit_once(':').unwrap().1.to_owned();
+    let ask = |request: String| {
+        let admin = admin.clone();
+        async move {
+            let mut s = TcpStream::connect(&admin).await.unwrap();
+            s.write_all(request.as_bytes()).await.unwrap();
+            read_to_close(&mut s).await
+        }
+    };
+    let get = |method: &str, path: &str, host: &str| {
+        format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
+    };
+    let rebound = format!("evil.example:{port}");
+    let mut cases = Vec::new();
+    for path in [
+        "/metrics",
+        "/readyz",
+        "/healthz",
+        "/",
+        "/events",
+        "/no-such-page",
+    ] {
+        cases.push((get("GET", path, &rebound), "421"));
+    }
+    cases.extend([
+        (get("GET", "/metrics", &format!("localhost:{port}")), "200"),
+        (get("GET", "/readyz", &format!("127.0.0.1:{port}")), "200"),
+        (get("GET", "/healthz", &format!("[::1]:{port}")), "200"),
+        (get("POST", "/metrics", &format!("localhost:{port}")), "405"),
+        (
+            get("GET", "/no-such-page", &format!("localhost:{port}")),
+            "404",
+        ),
+        (
+            get("DELETE", "/events", &format!("localhost:{port}")),
+            "405",
+        ),
+        ("GET /readyz HTTP/1.1\r\n\r\n".to_owned(), "400"),
+    ]);
+    for (request, status) in cases {
+        let answer = ask(request.clone()).await;
+        assert!(
+            answer.starts_with(&format!("HTTP/1.1 {status}")),
+            "{status} for {request:?}: {answer}"
+        );
+        let head = answer
+            .split("\r\n\r\n")
+            .next()
+            .unwrap()
+            .to_ascii_lowercase();
+        for header in [
+            "content-security-policy: default-src 'none'",
+            "frame-ancestors 'none'",
+            "x-frame-options: deny",
+            "x-content-type-options: nosniff",
+        ] {
+            assert!(head.contains(header), "{header} in {request:?}: {head}");
+        }
+        if status == "421" {
+            assert!(!answer.contains("hookinbox_"), "{answer}");
+        }
+    }
     server.stop().await;
 }
 
@@ -476,4 +672,132 @@ async fn a_sender_that_half_closes_after_its_request_gets_its_answer() {
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert_eq!(server.count("SELECT count(*) FROM events"), 1);
     server.stop().await;
+}
+
+/// The real binary's address for `/metrics`, from its "listening" line.
+fn admin_of(proc: &crate::proc::Proc) -> String {
+    let logs = proc.logs.lock().unwrap();
+    let addr = logs
+        .iter()
+        .find_map(|l| {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix("admin="))
+                .map(str::to_owned)
+        })
+        .expect("the listening line names the admin address");
+    format!("http://{addr}")
+}
+
+/// Lines of the real binary's log that contain every one of `words`.
+fn log_lines(proc: &crate::proc::Proc, words: &[&str]) -> usize {
+    let logs = proc.logs.lock().unwrap();
+    logs.iter()
+        .filter(|l| words.iter().all(|w| l.contains(w)))
+        .count()
+}
+
+/// Waits until a log line contains every one of `words` (the binary's stderr is read by a
+/// thread; lines written before it are then in too).
+async fn wait_for_line(proc: &crate::proc::Proc, words: &[&str]) {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while log_lines(proc, words) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no log line with {words:?}: {:?}",
+            proc.logs.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Standard Webhooks' header may carry several signatures (one per active secret): a valid
+/// one among eight is accepted, with the body's MAC computed once for all of them; a ninth
+/// entry is refused, and the log says why. Then a flood of 200 forged signatures: each is
+/// counted, and the log has one line for them (the first of the source and reason), not 200,
+/// while a refusal for another reason still gets its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signatures_are_capped_and_refusals_logged_at_a_bounded_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("hookinbox.toml");
+    std::fs::write(
+        &config,
+        config_text(SERVER, &dir.path().join("inbox.db"), SOURCES),
+    )
+    .unwrap();
+    let proc = crate::proc::Proc::spawn_env(&config, &[], &[("RUST_LOG", "warn,hookinbox=info")]);
+    let base = format!("http://{}", proc.public);
+    let scheme = first_scheme(&config);
+    let client = client();
+    let now = hookinbox::clock::unix_now();
+    // A well-formed signature of other bytes: 32 bytes of zeros.
+    let forged = "v1,AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
+
+    let mut many = sign_with(&scheme, "msg_many", &event_body("msg_many", ""), now);
+    let good = many.get("webhook-signature").unwrap().to_owned();
+    let eight = format!("{} {good}", [forged; 7].join(" "));
+    many.set("webhook-signature", &eight);
+    let resp = send(&client, &base, "sw", &many).await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200, "a valid signature among eight");
+
+    let mut nine = sign_with(&scheme, "msg_nine", &event_body("msg_nine", ""), now);
+    let good = nine.get("webhook-signature").unwrap().to_owned();
+    nine.set(
+        "webhook-signature",
+        &format!("{} {good}", [forged; 8].join(" ")),
+    );
+    let resp = send(&client, &base, "sw", &nine).await.unwrap();
+    assert_eq!(resp.status().as_u16(), 401, "nine signatures");
+    wait_for_line(
+        &proc,
+        &["request refused", "carries more than 8 signatures"],
+    )
+    .await;
+
+    for i in 0..200 {
+        let id = format!("msg_forged_{i}");
+        let mut req = sign_with(&scheme, &id, &event_body(&id, ""), now);
+        req.set("webhook-signature", forged);
+        let resp = send(&client, &base, "sw", &req).await.unwrap();
+        assert_eq!(resp.status().as_u16(), 401);
+    }
+    let stale = sign_with(
+        &scheme,
+        "msg_stale",
+        &event_body("msg_stale", ""),
+        now - 3600,
+    );
+    let resp = send(&client, &base, "sw", &stale).await.unwrap();
+    assert_eq!(resp.status().as_u16(), 401);
+    wait_for_line(&proc, &["request refused", "timestamp_too_old"]).await;
+    assert_eq!(log_lines(&proc, &["request refused", "no_match"]), 1);
+    assert_eq!(log_lines(&proc, &["request refused"]), 3);
+
+    let metrics = client
+        .get(format!("{}/metrics", admin_of(&proc)))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for (series, want) in [
+        (
+            r#"hookinbox_signature_failures_total{source="sw",reason="no_match"}"#,
+            200.0,
+        ),
+        (
+            r#"hookinbox_signature_failures_total{source="sw",reason="malformed_header"}"#,
+            1.0,
+        ),
+        (
+            r#"hookinbox_requests_total{source="sw",outcome="rejected"}"#,
+            202.0,
+        ),
+        (
+            r#"hookinbox_requests_total{source="sw",outcome="accepted"}"#,
+            1.0,
+        ),
+    ] {
+        assert_eq!(metric(&metrics, series), want, "{series}");
+    }
 }

@@ -240,3 +240,80 @@ async fn bodies_in_flight_stay_within_the_memory_budget() {
         .unwrap();
     assert_eq!(resp.status().as_u16(), 200);
 }
+
+/// A process's virtual size in KiB (`VmSize`): what it has reserved, touched or not.
+fn vm_size_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmSize:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// 300 connections each declare a 1 MiB body and send one byte of it. The server holds
+/// what arrived: 300 bytes of bodies in its budget, and no buffer sized by the declared
+/// length (before, each request reserved its declared length up front, 300 MiB here, and
+/// the allocator kept what the bodies wrote into it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declared_length_reserves_nothing_before_the_bytes_arrive() {
+    use tokio::io::AsyncWriteExt;
+    let settings = SERVER
+        .replace(
+            "max_body = \"64KiB\"",
+            "max_body = \"1MiB\"\nmax_connections = 400\nmin_body_rate = \"0/s\"",
+        )
+        .replace("body_timeout = \"1s\"", "body_timeout = \"60s\"");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("hookinbox.toml");
+    std::fs::write(
+        &config,
+        config_text(&settings, &dir.path().join("inbox.db"), ONE_SOURCE),
+    )
+    .unwrap();
+    let proc = crate::proc::Proc::spawn(&config);
+    let admin = {
+        let logs = proc.logs.lock().unwrap();
+        logs.iter()
+            .find_map(|l| {
+                l.split_whitespace()
+                    .find_map(|w| w.strip_prefix("admin="))
+                    .map(str::to_owned)
+            })
+            .expect("the listening line names the admin address")
+    };
+    let in_memory = || async {
+        let text = client()
+            .get(format!("http://{admin}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        metric(&text, "hookinbox_body_bytes_in_memory")
+    };
+    let before = vm_size_kib(proc.pid());
+    let mut held = Vec::new();
+    for _ in 0..300 {
+        let mut s = tokio::net::TcpStream::connect(proc.public).await.unwrap();
+        s.write_all(b"POST /hooks/sw HTTP/1.1\r\nHost: t\r\nContent-Length: 1048576\r\n\r\na")
+            .await
+            .unwrap();
+        held.push(s);
+    }
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let mut bytes = in_memory().await;
+    while bytes < 300.0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        bytes = in_memory().await;
+    }
+    let grown = vm_size_kib(proc.pid()).saturating_sub(before);
+    eprintln!(
+        "300 bodies declaring 1 MiB, one byte each: {bytes} bytes held, VmSize grew {} MiB",
+        grown / 1024
+    );
+    assert_eq!(bytes, 300.0, "the bytes that arrived, and only those");
+    assert!(grown < 100 * 1024, "VmSize grew {grown} KiB");
+    drop(held);
+}

@@ -9,7 +9,7 @@
 //! hookinbox-loadgen bare --listen 127.0.0.1:8090 [--log FILE]   # reads each body, answers 200
 //! hookinbox-loadgen check --db inbox.db --source NAME --log FILE… [--receipts FILE…]
 //! hookinbox-loadgen attack --config FILE --source NAME --addr 127.0.0.1:8080 \
-//!     --kind bodies|slow [--connections 1000] [--body-size 1048576] [--duration 10s]
+//!     --kind bodies|slow|trickle [--connections 1000] [--body-size 1048576] [--duration 10s]
 //! ```
 //!
 //! `check` is the oracle (`hookinbox::oracle`) over the logs of earlier runs: it exits 1
@@ -38,6 +38,9 @@ enum AttackKind {
     Bodies,
     /// Heads that never finish: connection slots
     Slow,
+    /// Whole heads, then a body of 60,000 declared bytes at a byte every 2 s, reconnecting
+    /// whenever the server closes: connection slots, from inside a request
+    Trickle,
 }
 
 #[derive(Parser)]
@@ -109,8 +112,8 @@ enum Mode {
         /// host:port of the public listener
         #[arg(long)]
         addr: SocketAddr,
-        /// What the attackers do: send all but the last byte of a large body, or trickle a
-        /// request head a header line at a time
+        /// What the attackers do: send all but the last byte of a large body, trickle a
+        /// request head a header line at a time, or trickle a body a byte at a time
         #[arg(long, value_enum)]
         kind: AttackKind,
         #[arg(long, default_value_t = 1000)]
@@ -336,9 +339,23 @@ async fn attack(
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let deadline = Instant::now() + duration;
     let mut attackers = tokio::task::JoinSet::new();
+    // Trickling connections the server closed (each then reconnects).
+    let closed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     for i in 0..connections {
         let source = source.clone();
+        let closed = closed.clone();
         attackers.spawn(async move {
+            if let AttackKind::Trickle = kind {
+                while Instant::now() < deadline {
+                    if trickle_once(addr, &source, deadline).await {
+                        closed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    } else {
+                        // Not accepted at all: wait a little rather than spin.
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+                return;
+            }
             let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {
                 return;
             };
@@ -361,6 +378,7 @@ async fn attack(
                         }
                     }
                 }
+                AttackKind::Trickle => unreachable!("handled above"),
                 AttackKind::Slow => {
                     let head = format!("POST /hooks/{source} HTTP/1.1\r\nHost: x\r\n");
                     if s.write_all(head.as_bytes()).await.is_err() {
@@ -434,11 +452,44 @@ async fn attack(
             .unwrap_or(0.0)
     };
     println!(
-        "{{\"probes\":{},\"statuses\":{},\"p50_ms\":{:.1},\"max_ms\":{:.1}}}",
+        "{{\"probes\":{},\"statuses\":{},\"p50_ms\":{:.1},\"max_ms\":{:.1},\"attackers_closed_by_server\":{}}}",
         waits.len(),
         serde_json::to_string(&statuses)?,
         pct(0.5),
-        waits.last().copied().unwrap_or(0.0)
+        waits.last().copied().unwrap_or(0.0),
+        closed.load(std::sync::atomic::Ordering::Relaxed)
     );
     Ok(())
+}
+
+/// One trickling connection: a whole head declaring 60,000 bytes, then a byte every 2 s
+/// until the server closes it (true) or the deadline; false if it never connected.
+async fn trickle_once(addr: SocketAddr, source: &str, deadline: Instant) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(s) = tokio::net::TcpStream::connect(addr).await else {
+        return false;
+    };
+    let (mut read, mut write) = s.into_split();
+    let head = format!("POST /hooks/{source} HTTP/1.1\r\nHost: x\r\nContent-Length: 60000\r\n\r\n");
+    if write.write_all(head.as_bytes()).await.is_err() {
+        return true;
+    }
+    let until = tokio::time::Instant::from_std(deadline);
+    let closed = async {
+        let mut sink = [0u8; 1024];
+        while let Ok(1..) = read.read(&mut sink).await {}
+    };
+    let trickle = async {
+        loop {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            if write.write_all(b"a").await.is_err() {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        () = closed => true,
+        () = trickle => true,
+        () = tokio::time::sleep_until(until) => false,
+    }
 }

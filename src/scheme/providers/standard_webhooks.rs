@@ -156,8 +156,10 @@ impl Verifier for StandardWebhooks {
 
         let entries: Vec<&str> = signatures.split(' ').filter(|e| !e.is_empty()).collect();
         if entries.len() > crate::scheme::MAX_SIGNATURES {
-            return Err(Reject::MalformedHeader("webhook-signature"));
+            return Err(Reject::TooManySignatures("webhook-signature"));
         }
+        // Computed at the first `v1` entry, once for all of them.
+        let mut macs = None;
         let mut saw_usable = false;
         for entry in entries {
             let Some((version, sig)) = entry.split_once(',') else {
@@ -167,9 +169,8 @@ impl Verifier for StandardWebhooks {
             let matched = match version {
                 "v1" => {
                     saw_usable = true;
-                    STANDARD
-                        .decode(sig)
-                        .is_ok_and(|tag| self.keys.any_matches(&signed, &tag))
+                    let macs = macs.get_or_insert_with(|| self.keys.macs(&signed));
+                    STANDARD.decode(sig).is_ok_and(|tag| macs.matches(&tag))
                 }
                 "v1a" if !self.public.is_empty() => {
                     saw_usable = true;
