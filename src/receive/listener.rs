@@ -456,7 +456,11 @@ impl Idle {
             }
             let since = *s.since.lock().expect("no panics while holding the lock");
             let grace_ends = since + FIRST_REQUEST_GRACE;
-            if s.spared.load(Ordering::Acquire) && grace_ends > now {
+            // A body gets the same grace from its head as a new connection from its accept:
+            // a whole request sent at once is read and claimed within it, where otherwise a
+            // burst of senders over the cap closed one another between head and body.
+            let spared = state == READING || s.spared.load(Ordering::Acquire);
+            if spared && grace_ends > now {
                 spared_until = Some(spared_until.map_or(grace_ends, |t| t.min(grace_ends)));
                 continue;
             }
