@@ -10,6 +10,8 @@
 //! - [`commands`]: one module per subcommand: parse, call, render.
 //! - [`admin`]: the local admin listener: metrics and health; [`web`]: the web inbox on it.
 //! - [`receive`]: the public listener: limits, routing, verification, answers.
+//! - [`acme`]: certificates for the public listener by ACME (TLS-ALPN-01), kept in the
+//!   inbox and renewed.
 //! - [`deliver`]: the worker that forwards stored events to their targets, with retries.
 //! - [`recover`]: knowing the gaps (heartbeats, runs of refused requests) and filling them
 //!   from the providers' APIs (GitHub redeliveries, Stripe's events).
@@ -30,6 +32,7 @@
 //!   terminal, trusted proxies, fault injection, the configuration manual's vocabulary).
 //! - [`oracle`]: the crash and load tests' checker (what was acknowledged vs the inbox).
 
+pub mod acme;
 pub mod admin;
 pub mod alerts;
 pub mod cli;

@@ -155,7 +155,21 @@ pub struct Metrics {
     pub recovery_errors: Family<ProviderLabels, Counter>,
     /// Calls to providers' APIs, by result (`ok`, `rate_limited`, `error`).
     pub recovery_api_requests: Family<ApiLabels, Counter>,
+    /// Unix seconds at which the certificate the public listener serves expires; 0 without
+    /// TLS, or with ACME before the first certificate.
+    pub certificate_expiry: Gauge,
+    /// Certificates ordered by ACME (the first one and each renewal), by result
+    /// ([`RENEWAL_RESULTS`]).
+    pub certificate_renewals: Family<ResultLabels, Counter>,
     configured: Mutex<Configured>,
+}
+
+/// The results of `hookinbox_certificate_renewals_total`.
+pub const RENEWAL_RESULTS: [&str; 2] = ["ok", "error"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: &'static str,
 }
 
 /// The kinds of `hookinbox_gaps_total`.
@@ -382,8 +396,23 @@ impl Metrics {
             "Calls to providers' APIs by recovery, by result",
             recovery_api_requests.clone(),
         );
+        let certificate_expiry = Gauge::default();
+        registry.register(
+            "certificate_expiry_timestamp_seconds",
+            "Unix time at which the certificate the public listener serves expires; 0 \
+             without TLS, or with ACME until the first certificate",
+            certificate_expiry.clone(),
+        );
+        let certificate_renewals = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "certificate_renewals",
+            "Certificates ordered by ACME, the first one included, by result (ok, error)",
+            certificate_renewals.clone(),
+        );
         root.register_collector(Box::new(process::Collector));
         Metrics {
+            certificate_expiry,
+            certificate_renewals,
             gaps,
             recovered_events,
             recovery_errors,

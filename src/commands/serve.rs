@@ -156,6 +156,8 @@ pub struct Running {
     /// The sources, for the heartbeat and recovery.
     sources: watch::Sender<Vec<Arc<Source>>>,
     tls: Option<tls::Acceptor>,
+    /// The certificate files the file watcher follows (files-based TLS only).
+    tls_files: Option<watch::Sender<config::Tls>>,
     /// What a reload cannot change without a restart.
     restart_only: config::RestartOnly,
     stop: oneshot::Sender<()>,
@@ -248,6 +250,12 @@ impl Running {
             .reload(&sources, config.server.trusted_proxies.clone());
         if let (Some(acceptor), Some(tls_config)) = (&self.tls, tls_config) {
             acceptor.swap(tls_config);
+            if let Some(files) = &config.server.tls {
+                served_files(&self.metrics, files);
+                if let Some(follow) = &self.tls_files {
+                    let _ = follow.send(files.clone());
+                }
+            }
         }
         self.retention.replace(&sources);
         self.web.reload(&sources, &config.alerts);
@@ -304,11 +312,35 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         .await
         .context("the inbox writer did not start")?;
 
-    let tls = match &config.server.tls {
-        Some(files) => {
-            Some(tls::Acceptor::new(files).map_err(|e| anyhow::anyhow!("server.tls: {e}"))?)
+    // ACME's certificates are served through a resolver that the ACME task fills; files
+    // through an acceptor swapped when they change.
+    let certificates = config
+        .server
+        .acme
+        .as_ref()
+        .map(|_| Arc::new(tls::Certificates::default()));
+    let tls = match (&config.server.tls, &certificates) {
+        (Some(files), _) => {
+            let acceptor =
+                tls::Acceptor::new(files).map_err(|e| anyhow::anyhow!("server.tls: {e}"))?;
+            served_files(&metrics, files);
+            Some(acceptor)
         }
-        None => None,
+        (None, Some(certs)) => Some(tls::Acceptor::with_config(
+            tls::Certificates::server_config(certs.clone()),
+        )),
+        (None, None) => None,
+    };
+    let tls_files = match (&config.server.tls, &tls) {
+        (Some(files), Some(acceptor)) => {
+            let (follow, files) = watch::channel(files.clone());
+            let gauge = metrics.certificate_expiry.clone();
+            tokio::spawn(tls::follow_files(acceptor.clone(), files, move |info| {
+                gauge.set(info.not_after);
+            }));
+            Some(follow)
+        }
+        _ => None,
     };
     let room = |listener| {
         Some(
@@ -371,6 +403,21 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     for gap in &gaps_at_start {
         gap.warn("the source was not receiving: a gap");
     }
+    // The replica's name holds the ACME lease, so that a restart of this replica takes
+    // back a lease it held when it stopped mid-order.
+    let acme_task = match (config.server.acme.clone(), &certificates) {
+        (Some(settings), Some(certs)) => Some(
+            crate::acme::Acme {
+                settings,
+                store: store.clone(),
+                certs: certs.clone(),
+                metrics: metrics.clone(),
+                holder: replica.clone(),
+            }
+            .spawn(),
+        ),
+        _ => None,
+    };
     let (gap_tx, gap_rx) = tokio::sync::mpsc::unbounded_channel();
     if !unconfirmed.is_empty() {
         tasks.push(tokio::spawn(confirm_receiving(
@@ -430,6 +477,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         store: store.clone(),
         delivery: delivery_health,
         budget,
+        certificates,
         settled_counted: Default::default(),
     });
     let source_count = sources.len();
@@ -462,6 +510,12 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         // stops where it is.
         recover_task.abort();
         let _ = recover_task.await;
+        // An order cut short is taken up again at the next start (its lease is this
+        // replica's); what it obtained is kept before it is served.
+        if let Some(task) = acme_task {
+            task.abort();
+            let _ = task.await;
+        }
         // The heartbeat writes the clean stop: no request is taken now. Bounded like the
         // writer's flush: a stalled disk must not hold the shutdown.
         let _ = heartbeat_stop.send(true);
@@ -497,10 +551,21 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         board,
         sources: sources_tx,
         tls,
+        tls_files,
         restart_only,
         stop,
         done,
     })
+}
+
+/// Sets the expiry gauge from the certificate files now served.
+fn served_files(metrics: &Metrics, files: &config::Tls) {
+    match config::CertInfo::of_pem_file(&files.cert) {
+        Ok(info) => {
+            metrics.certificate_expiry.set(info.not_after);
+        }
+        Err(e) => tracing::warn!(error = %e, "reading the served certificate's expiry"),
+    }
 }
 
 /// Runs until SIGTERM or SIGINT; SIGHUP reloads the configuration from `path`.

@@ -32,6 +32,7 @@ use crate::targets::Destination;
 pub use crate::pgconn::PgTls;
 use raw::RawConfig;
 pub use raw::{parse_duration, parse_size};
+pub use tls::CertInfo;
 pub use validate::pg_store_from;
 
 /// Where `--config` points when it is not given: the packaged location, else the current
@@ -114,8 +115,27 @@ pub struct Server {
     pub body_budget: u64,
     /// Peers whose `X-Forwarded-For` is believed; empty means nobody's.
     pub trusted_proxies: Vec<crate::proxy::Cidr>,
-    /// HTTPS on the public listener; reloaded on SIGHUP.
+    /// HTTPS on the public listener from certificate files; reloaded on SIGHUP and when
+    /// the files change.
     pub tls: Option<Tls>,
+    /// HTTPS on the public listener with certificates obtained by ACME.
+    pub acme: Option<Acme>,
+}
+
+/// Let's Encrypt's production directory, `[server.tls.acme]`'s default.
+pub const LETS_ENCRYPT: &str = "https://acme-v02.api.letsencrypt.org/directory";
+
+/// Certificates by ACME (RFC 8555) for the public listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acme {
+    /// The names on the one certificate, lowercase, in the order written.
+    pub domains: Vec<String>,
+    /// The account's contact, a `mailto:` URL.
+    pub contact: Option<String>,
+    /// The ACME server's directory URL.
+    pub directory: String,
+    /// PEM certificates trusted for the ACME server instead of the system's store.
+    pub directory_ca: Option<PathBuf>,
 }
 
 /// PEM files for the public listener's TLS.
@@ -587,6 +607,7 @@ impl Config {
             max_connections: self.server.max_connections,
             body_budget: self.server.body_budget,
             tls: self.server.tls.is_some(),
+            acme: self.server.acme.clone(),
             admin: self.admin.clone(),
             store: self.store.clone(),
         }
@@ -606,6 +627,8 @@ pub struct RestartOnly {
     pub body_budget: u64,
     /// Whether the listener speaks TLS (its files reload; switching it on or off does not).
     pub tls: bool,
+    /// Certificates by ACME: their settings take a restart (the files' TLS reloads).
+    pub acme: Option<Acme>,
     pub admin: AdminSettings,
     pub store: StoreSettings,
 }
@@ -621,6 +644,7 @@ impl RestartOnly {
             max_connections,
             body_budget,
             tls,
+            acme,
             admin:
                 AdminSettings {
                     listen: admin_listen,
@@ -650,6 +674,7 @@ impl RestartOnly {
             ),
             ("server.body_budget", *body_budget != other.body_budget),
             ("server.tls", *tls != other.tls),
+            ("server.tls.acme", *acme != other.acme),
             ("admin.listen", *admin_listen != other.admin.listen),
             ("admin.actions", *actions != other.admin.actions),
             ("admin.hosts", *hosts != other.admin.hosts),

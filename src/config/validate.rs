@@ -126,13 +126,7 @@ pub(super) fn validate(
         .iter()
         .map(|t| crate::proxy::Cidr::parse(t).map_err(|e| format!("server.trusted_proxies: {e}")))
         .collect::<Result<Vec<_>, _>>()?;
-    let tls = s.tls.as_ref().map(|t| Tls {
-        cert: paths.base.join(&t.cert),
-        key: paths.base.join(&t.key),
-    });
-    if let Some(t) = &tls {
-        t.server_config().map_err(|e| format!("server.tls: {e}"))?;
-    }
+    let (tls, acme) = super::tls::validate(s.tls.as_ref(), paths.base)?;
 
     let mut names = HashSet::new();
     let mut sources = Vec::with_capacity(raw.sources.len());
@@ -173,6 +167,7 @@ pub(super) fn validate(
             body_budget: s.body_budget,
             trusted_proxies,
             tls,
+            acme,
         },
         admin: AdminSettings {
             listen: raw.admin.listen,

@@ -66,9 +66,14 @@
 //!   a run of 401s, pages and rate limits, a second run that asks for nothing, Stripe's
 //!   events stored with origin `api` and their later webhook a duplicate, API failures.
 //! - `house`: the code's shape: no files of `src/` import each other round a circle.
+//! - `acme`: certificates by ACME against a real ACME server (pebble): none served and
+//!   /readyz saying why until one is issued, then a signed webhook over HTTPS to it, kept
+//!   across a restart without a new order, renewed at two thirds of its lifetime without
+//!   a restart; certificate files served again when they change on disk.
 //! - `fuzz_corpora`: every committed fuzz corpus file replayed through the fuzz harness
 //!   (signature parsers in process, raw HTTP bytes through the real service).
 
+mod acme;
 mod alerts;
 mod cli;
 mod crash;

@@ -1,0 +1,346 @@
+//! The public listener's certificates: obtained by ACME from a real ACME server (Debian's
+//! `pebble`, Let's Encrypt's test server, with `pebble-challtestsrv` answering DNS), served,
+//! kept across a restart and renewed without one; and certificate files followed as they
+//! change on disk.
+//!
+//! pebble rejects a share of nonces at random (`PEBBLE_WFE_NONCEREJECT`, left at its
+//! default) and issues certificates for as long as its `certificateValidityPeriod` says:
+//! 45 seconds here, so that the renewal at two thirds of the lifetime comes within the
+//! test. Without pebble the test skips, unless `HOOKINBOX_REQUIRE_PEBBLE` is set.
+
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hookinbox::config::CertInfo;
+use rustls::pki_types::{CertificateDer, ServerName};
+
+use crate::proc::{Proc, deploy};
+use crate::support::*;
+
+const DOMAIN: &str = "hooks.example.com";
+/// pebble's certificates live this long (seconds): renewal comes 30 s after issuance.
+const VALIDITY: u64 = 45;
+
+/// A port free on 127.0.0.1 for both TCP and UDP (the DNS server binds both).
+fn free_port() -> u16 {
+    loop {
+        let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = tcp.local_addr().unwrap().port();
+        if UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// pebble and its DNS server, stopped when dropped.
+struct Pebble {
+    children: Vec<Child>,
+    directory: String,
+    management: String,
+    /// The CA of pebble's own HTTPS (directory and management), made by the test.
+    own_ca: PathBuf,
+}
+
+impl Drop for Pebble {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn installed(program: &str) -> bool {
+    Command::new(program)
+        .arg("-h")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok()
+}
+
+/// Starts pebble validating TLS-ALPN-01 on `tls_port`, or says why it cannot.
+fn pebble(test: &str, dir: &Path, tls_port: u16) -> Option<Pebble> {
+    if !installed("pebble") || !installed("pebble-challtestsrv") {
+        skip(
+            "PEBBLE",
+            test,
+            "pebble and pebble-challtestsrv are not installed (Debian: apt-get install pebble)",
+        );
+        return None;
+    }
+    // pebble's own HTTPS: a certificate for 127.0.0.1 that hookinbox is told to trust.
+    let own =
+        rcgen::generate_simple_self_signed(vec!["127.0.0.1".into(), "localhost".into()]).unwrap();
+    let (own_ca, own_key) = (dir.join("pebble-cert.pem"), dir.join("pebble-key.pem"));
+    std::fs::write(&own_ca, own.cert.pem()).unwrap();
+    std::fs::write(&own_key, own.signing_key.serialize_pem()).unwrap();
+    let (dns, dns_management, listen, management) =
+        (free_port(), free_port(), free_port(), free_port());
+    let challtestsrv = Command::new("pebble-challtestsrv")
+        .args(["-defaultIPv4", "127.0.0.1", "-defaultIPv6", ""])
+        .args(["-dns01", &format!("127.0.0.1:{dns}")])
+        .args(["-http01", "", "-https01", "", "-tlsalpn01", ""])
+        .args(["-management", &format!("127.0.0.1:{dns_management}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let config = dir.join("pebble.json");
+    let settings = serde_json::json!({
+        "pebble": {
+            "listenAddress": format!("127.0.0.1:{listen}"),
+            "managementListenAddress": format!("127.0.0.1:{management}"),
+            "certificate": own_ca,
+            "privateKey": own_key,
+            "httpPort": 0,
+            "tlsPort": tls_port,
+            "ocspResponderURL": "",
+            "externalAccountBindingRequired": false,
+            "certificateValidityPeriod": VALIDITY,
+        }
+    });
+    std::fs::write(&config, settings.to_string()).unwrap();
+    let log = std::fs::File::create(dir.join("pebble.log")).unwrap();
+    let server = Command::new("pebble")
+        .arg("-config")
+        .arg(&config)
+        .args(["-dnsserver", &format!("127.0.0.1:{dns}")])
+        .env("PEBBLE_VA_NOSLEEP", "1")
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let pebble = Pebble {
+        children: vec![challtestsrv, server],
+        directory: format!("https://127.0.0.1:{listen}/dir"),
+        management: format!("https://127.0.0.1:{management}"),
+        own_ca,
+    };
+    let up = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", listen)).is_err()
+        || std::net::TcpStream::connect(("127.0.0.1", management)).is_err()
+    {
+        assert!(
+            up.elapsed() < Duration::from_secs(20),
+            "pebble did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Some(pebble)
+}
+
+/// A client trusting only `pem`'s certificates, reaching `DOMAIN` on 127.0.0.1.
+fn client_trusting(pem: &[u8]) -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let certs = reqwest::Certificate::from_pem_bundle(pem).unwrap();
+    reqwest::Client::builder()
+        .no_proxy()
+        .tls_certs_only(certs)
+        .resolve(DOMAIN, "127.0.0.1:0".parse().unwrap())
+        .build()
+        .unwrap()
+}
+
+/// The certificate a TLS handshake with `addr` for `DOMAIN` is served, verified against
+/// `roots` (a handshake that fails is an error).
+async fn served(addr: SocketAddr, roots: &[u8]) -> Result<CertInfo, String> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut store = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(roots) {
+        let cert: CertificateDer = cert.unwrap();
+        store.add(cert).unwrap();
+    }
+    let mut config = rustls::ClientConfig::builder()
+        .with_root_certificates(store)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let tls = connector
+        .connect(ServerName::try_from(DOMAIN).unwrap(), tcp)
+        .await
+        .map_err(|e| e.to_string())?;
+    let leaf = tls.get_ref().1.peer_certificates().unwrap()[0].clone();
+    CertInfo::of(&leaf)
+}
+
+async fn get(client: &reqwest::Client, url: &str) -> (u16, String) {
+    let resp = client.get(url).send().await.unwrap();
+    (resp.status().as_u16(), resp.text().await.unwrap())
+}
+
+fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// Waits until `/readyz` says ready, returning every other answer it gave.
+async fn until_ready(admin: &str, serve: &Proc, pebble_log: &Path) -> Vec<String> {
+    let client = reqwest::Client::new();
+    let mut not_ready = Vec::new();
+    let start = Instant::now();
+    loop {
+        let (status, body) = get(&client, &format!("{admin}/readyz")).await;
+        if status == 200 {
+            return not_ready;
+        }
+        if not_ready.last() != Some(&body) {
+            not_ready.push(body);
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no certificate after a minute: {not_ready:?}\nhookinbox: {:#?}\npebble: {}",
+            serve.logs.lock().unwrap().clone(),
+            std::fs::read_to_string(pebble_log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_certificate_is_obtained_served_kept_across_a_restart_and_renewed() {
+    let test = "acme::a_certificate_is_obtained_served_kept_across_a_restart_and_renewed";
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let (port, admin_port) = (free_port(), free_port());
+    let Some(pebble) = pebble(test, dir.path(), port) else {
+        return;
+    };
+    let server = format!(
+        "[server]\nlisten = \"127.0.0.1:{port}\"\n\
+         [server.tls.acme]\ndomains = [\"{DOMAIN}\"]\ncontact = \"mailto:ops@example.com\"\n\
+         directory = \"{}\"\ndirectory_ca = {:?}\n\
+         [admin]\nlisten = \"127.0.0.1:{admin_port}\"\n",
+        pebble.directory,
+        pebble.own_ca.display().to_string()
+    );
+    let deployed = deploy(ONE_SOURCE);
+    let db = deployed.db.clone();
+    std::fs::write(&deployed.config, config_text(&server, &db, ONE_SOURCE)).unwrap();
+    let (code, out, err) = hookinbox(&["check", "--config", deployed.config.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let admin = format!("http://127.0.0.1:{admin_port}");
+
+    // Before its certificate: no handshake completes, and /readyz says why.
+    let first = Proc::spawn(&deployed.config);
+    let not_ready = until_ready(&admin, &first, &dir.path().join("pebble.log")).await;
+    assert!(
+        not_ready
+            .first()
+            .is_some_and(|b| b.starts_with("not ready: no certificate yet")),
+        "{not_ready:?}"
+    );
+
+    // pebble's issuing root, from its management interface.
+    let own = std::fs::read(&pebble.own_ca).unwrap();
+    let (status, root) = get(
+        &client_trusting(&own),
+        &format!("{}/roots/0", pebble.management),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let issued = served(addr, root.as_bytes()).await.unwrap();
+    assert_eq!(issued.names, [DOMAIN]);
+    assert!(issued.issuer.contains("Pebble"), "{}", issued.issuer);
+
+    // A real signed webhook over HTTPS to the issued certificate.
+    let client = client_trusting(root.as_bytes());
+    let base = format!("https://{DOMAIN}:{port}");
+    let req = sign_with(
+        &deployed.scheme,
+        "msg_acme",
+        &event_body("msg_acme", "1"),
+        hookinbox::clock::unix_now(),
+    );
+    let resp = send(&client, &base, "sw", &req).await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    assert_eq!(
+        deployed.inbox.stored_body("sw", "msg_acme").as_deref(),
+        Some(&req.body[..])
+    );
+    let (_, metrics) = get(&reqwest::Client::new(), &format!("{admin}/metrics")).await;
+    assert_eq!(
+        metric(&metrics, "hookinbox_certificate_expiry_timestamp_seconds"),
+        Some(issued.not_after as f64)
+    );
+    assert_eq!(
+        metric(
+            &metrics,
+            "hookinbox_certificate_renewals_total{result=\"ok\"}"
+        ),
+        Some(1.0)
+    );
+    assert!(first.sigterm().success());
+
+    // A restart serves the kept certificate and orders nothing.
+    let second = Proc::spawn(&deployed.config);
+    until_ready(&admin, &second, &dir.path().join("pebble.log")).await;
+    assert_eq!(
+        served(addr, root.as_bytes()).await.unwrap().serial,
+        issued.serial
+    );
+    let (_, metrics) = get(&reqwest::Client::new(), &format!("{admin}/metrics")).await;
+    assert_eq!(
+        metric(
+            &metrics,
+            "hookinbox_certificate_renewals_total{result=\"ok\"}"
+        ),
+        Some(0.0)
+    );
+
+    // Two thirds into its lifetime, a renewal, without a restart.
+    let renewed = loop {
+        let now = served(addr, root.as_bytes()).await.unwrap();
+        if now.serial != issued.serial {
+            break now;
+        }
+        assert!(
+            hookinbox::clock::unix_now() < issued.not_after,
+            "not renewed before it expired"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert!(renewed.not_after > issued.not_after);
+    let renewed_at = renewed.not_before;
+    let due = issued.not_before + (issued.not_after - issued.not_before) * 2 / 3;
+    assert!(
+        renewed_at >= due - 1,
+        "renewed at {renewed_at}, due at {due}"
+    );
+    // New handshakes get the new certificate, verified against the same root.
+    let fresh = client_trusting(root.as_bytes());
+    let req = sign_with(
+        &deployed.scheme,
+        "msg_renewed",
+        &event_body("msg_renewed", "4"),
+        hookinbox::clock::unix_now(),
+    );
+    assert_eq!(
+        send(&fresh, &base, "sw", &req)
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        200
+    );
+    let (_, metrics) = get(&reqwest::Client::new(), &format!("{admin}/metrics")).await;
+    assert_eq!(
+        metric(&metrics, "hookinbox_certificate_expiry_timestamp_seconds"),
+        Some(renewed.not_after as f64)
+    );
+    assert_eq!(
+        metric(
+            &metrics,
+            "hookinbox_certificate_renewals_total{result=\"ok\"}"
+        ),
+        Some(1.0)
+    );
+    assert!(second.sigterm().success());
+}
