@@ -134,7 +134,7 @@ fn report(config: &Config) -> Report {
         listeners: Listeners {
             public: config.server.listen.to_string(),
             admin: config.admin.listen.to_string(),
-            tls: config.server.tls.is_some(),
+            tls: config.server.tls.is_some() || config.server.acme.is_some(),
             web_actions: config.admin.actions,
         },
         inbox: inbox.describe(),

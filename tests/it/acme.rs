@@ -278,6 +278,18 @@ async fn a_certificate_is_obtained_served_kept_across_a_restart_and_renewed() {
         Some(1.0)
     );
     assert!(first.sigterm().success());
+    let config = deployed.config.to_str().unwrap();
+    let (code, out, err) = hookinbox(&["show-cert", "--config", config]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!("source: acme ({})", pebble.directory)),
+        "{out}"
+    );
+    assert!(out.contains(&format!("names: {DOMAIN}\n")), "{out}");
+    assert!(
+        out.contains(&format!("serial: {}\n", issued.serial)),
+        "{out}"
+    );
 
     // A restart serves the kept certificate and orders nothing.
     let second = Proc::spawn(&deployed.config);
@@ -343,4 +355,61 @@ async fn a_certificate_is_obtained_served_kept_across_a_restart_and_renewed() {
         Some(1.0)
     );
     assert!(second.sigterm().success());
+}
+
+/// A self-signed certificate for `DOMAIN`, written over `cert` and `key`; its PEM.
+fn write_self_signed(cert: &Path, key: &Path) -> String {
+    let made = rcgen::generate_simple_self_signed(vec![DOMAIN.into()]).unwrap();
+    std::fs::write(key, made.signing_key.serialize_pem()).unwrap();
+    std::fs::write(cert, made.cert.pem()).unwrap();
+    made.cert.pem()
+}
+
+#[tokio::test]
+async fn certificate_files_are_served_again_when_they_change_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    let first = write_self_signed(&cert, &key);
+    let tls = format!(
+        "[server.tls]\ncert = {:?}\nkey = {:?}\n",
+        cert.display().to_string(),
+        key.display().to_string()
+    );
+    let settings = SERVER.replace("\n[admin]", &format!("\n{tls}\n[admin]"));
+    let server = TestServer::start_with(&settings, ONE_SOURCE).await;
+    let addr: SocketAddr = server.base.trim_start_matches("http://").parse().unwrap();
+    let before = served(addr, first.as_bytes()).await.unwrap();
+
+    // Renewed on disk (as certbot would), with no reload: served within a few seconds.
+    let second = write_self_signed(&cert, &key);
+    let start = Instant::now();
+    let after = loop {
+        if let Ok(now) = served(addr, second.as_bytes()).await {
+            break now;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the new files were not served"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_ne!(after.serial, before.serial);
+    // The old certificate is no longer served to new handshakes.
+    assert!(served(addr, first.as_bytes()).await.is_err());
+    let metrics = server.metrics().await;
+    assert_eq!(
+        metric(&metrics, "hookinbox_certificate_expiry_timestamp_seconds"),
+        Some(after.not_after as f64)
+    );
+
+    // A half-written pair (a key that does not go with the certificate) is not served;
+    // the last good one stays.
+    let other = rcgen::KeyPair::generate().unwrap();
+    std::fs::write(&key, other.serialize_pem()).unwrap();
+    tokio::time::sleep(hookinbox::receive::tls::FILE_POLL * 2).await;
+    assert_eq!(
+        served(addr, second.as_bytes()).await.unwrap().serial,
+        after.serial
+    );
+    server.stop().await;
 }
