@@ -231,3 +231,52 @@ impl CertInfo {
         CertInfo::of(&der)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    /// The error `check` gives for `tls` written under `[server]`.
+    fn error(tls: &str) -> String {
+        let text = format!(
+            "[server]\n{tls}\n[store]\npath = \"inbox.db\"\n[[sources]]\nname = \"demo\"\n\
+             scheme = \"standard-webhooks\"\nsecrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]\n"
+        );
+        let e = super::super::from_str(&text, Path::new("/nonexistent/hookinbox.toml"), None)
+            .unwrap_err();
+        format!("{e:#}")
+    }
+
+    #[test]
+    fn acme_settings_are_checked_with_a_message_naming_the_fix() {
+        let acme = "[server.tls.acme]\n";
+        for (written, says) in [
+            ("domains = []", "server.tls.acme.domains is empty"),
+            ("domains = [\"*.example.com\"]", "is a wildcard"),
+            ("domains = [\"192.0.2.1\"]", "is an IP address"),
+            ("domains = [\"localhost\"]", "is not a DNS name with a dot"),
+            ("domains = [\"a.example.com\", \"A.example.com\"]", "twice"),
+            (
+                "domains = [\"a.example.com\"]\ncontact = \"ops@example.com\"",
+                "is not a mailto: URL",
+            ),
+            (
+                "domains = [\"a.example.com\"]\ndirectory = \"http://acme.test/dir\"",
+                "is not an https:// URL",
+            ),
+            (
+                "domains = [\"a.example.com\"]\ndirectory_ca = \"/nonexistent/ca.pem\"",
+                "server.tls.acme.directory_ca: cannot read a PEM certificate",
+            ),
+        ] {
+            let e = error(&format!("{acme}{written}"));
+            assert!(e.contains(says), "{written}: {e}");
+        }
+        let both = error(
+            "[server.tls]\ncert = \"c.pem\"\nkey = \"k.pem\"\n[server.tls.acme]\ndomains = [\"a.example.com\"]",
+        );
+        assert!(both.contains("not both"), "{both}");
+        assert!(error("[server.tls]\ncert = \"c.pem\"").contains("server.tls.key is missing"));
+        assert!(error("[server.tls]").contains("server.tls is empty"));
+    }
+}

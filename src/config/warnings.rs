@@ -51,6 +51,13 @@ impl Config {
     /// `serve` logs them at start-up.
     pub fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
+        if self.server.acme.is_some() && self.server.listen.port() != 443 {
+            out.push(format!(
+                "server.listen {} is not port 443, where ACME servers connect for the \
+                 TLS-ALPN-01 challenge: forward port 443 to it, or listen on :443",
+                self.server.listen
+            ));
+        }
         let postgres = matches!(self.store.backend, super::Backend::Postgres(_));
         for s in &self.sources {
             for (j, origin) in s.secret_origins.iter().enumerate() {
