@@ -3,9 +3,10 @@
 //!
 //! The invariant: at most one replica orders at a time for a set of names, and each
 //! replica serves the newest certificate the inbox keeps. The inbox's `kept` table holds
-//! three rows per directory and set of names (see [`Rows`]): the account's credentials, the
-//! certificate with its key, and a lease that a replica takes by compare-and-set before it
-//! orders. A failed order moves the lease's term to the end of its backoff, so the other
+//! rows per directory and set of names (see [`Rows`]): the account's credentials, the
+//! certificate with its key, a lease that a replica takes by compare-and-set before it
+//! orders, and while it orders, each name's challenge, which the replicas waiting answer
+//! too (the ACME server may reach any of them). A failed order moves the lease's term to the end of its backoff, so the other
 //! replicas wait as long as it does; a restart finds the certificate and orders nothing.
 
 mod order;
@@ -27,8 +28,12 @@ use crate::store::{self, Store};
 /// How often a replica looks at the inbox for a certificate another one obtained, at the
 /// latest: a renewal elsewhere is served here within this.
 const REFRESH: Duration = Duration::from_secs(600);
-/// How often a replica waiting for another one's order looks again.
-const LEASE_POLL: Duration = Duration::from_secs(5);
+/// How often a replica waiting for another one's order looks again, for the challenges to
+/// answer and then for the certificate.
+const LEASE_POLL: Duration = Duration::from_secs(2);
+/// How long an order on a shared inbox waits between keeping its challenges and asking for
+/// their validation: two looks of every other replica, and a margin for a slow read.
+pub const CHALLENGE_SPREAD: Duration = Duration::from_secs(2 * 2 + 1);
 /// How long an order may hold the lease: longer than an order takes (two validation waits
 /// and a few requests), so that only a replica that died mid-order lets it lapse.
 const LEASE: Duration = Duration::from_secs(300);
@@ -44,6 +49,8 @@ pub struct Rows {
     pub account: String,
     pub certificate: String,
     pub lease: String,
+    /// Followed by a DNS name: the digest of its key authorization while an order runs.
+    pub challenge: String,
 }
 
 impl Rows {
@@ -53,6 +60,7 @@ impl Rows {
             account: format!("acme:account {}", settings.directory),
             certificate: format!("acme:certificate {} {names}", settings.directory),
             lease: format!("acme:lease {} {names}", settings.directory),
+            challenge: format!("acme:challenge {} ", settings.directory),
         }
     }
 }
@@ -97,6 +105,8 @@ pub struct Acme {
     pub metrics: Arc<Metrics>,
     /// This replica's name in the lease.
     pub holder: String,
+    /// [`CHALLENGE_SPREAD`] where other replicas share the inbox (PostgreSQL), else zero.
+    pub spread: Duration,
 }
 
 impl Acme {
@@ -114,8 +124,11 @@ impl Acme {
         ));
         tokio::spawn(async move {
             let mut failures = 0;
+            // The challenges another replica's order asked this one to answer, with their
+            // digests.
+            let mut following = Vec::new();
             loop {
-                let wait = self.turn(&self.holder, &mut failures).await;
+                let wait = self.turn(&self.holder, &mut failures, &mut following).await;
                 tokio::time::sleep(wait).await;
             }
         })
@@ -123,8 +136,14 @@ impl Acme {
 
     /// One look: serve what the inbox keeps, and order when it is due and the lease is
     /// this replica's. Returns how long to wait before the next look.
-    async fn turn(&self, holder: &str, failures: &mut u32) -> Duration {
+    async fn turn(
+        &self,
+        holder: &str,
+        failures: &mut u32,
+        following: &mut Vec<(String, String)>,
+    ) -> Duration {
         let rows = Rows::of(&self.settings);
+        let followed = std::mem::take(following);
         let name = rows.certificate.clone();
         let kept = match self
             .store
@@ -135,6 +154,7 @@ impl Acme {
             Err(e) => {
                 tracing::warn!(error = %format!("{e:#}"), "ACME: reading the kept certificate");
                 self.wait_reason(format!("the inbox cannot be read: {e:#}"));
+                *following = followed;
                 return STORE_RETRY;
             }
         };
@@ -151,18 +171,31 @@ impl Acme {
             }
         }
         let now = SystemTime::now();
-        if let Some(at) = renew_at
-            && now < at
-        {
-            return at.duration_since(now).unwrap_or_default().min(REFRESH);
-        }
-        match self.take_lease(&rows.lease, holder, now + LEASE).await {
-            Ok(true) => {}
-            Ok(false) => {
+        let lease = match renew_at {
+            Some(at) if now < at => None,
+            _ => Some(self.take_lease(&rows.lease, holder, now + LEASE).await),
+        };
+        if let Some(Ok(false)) = lease {
+            if self.certs.not_ready().is_some() {
                 self.wait_reason("another replica is ordering the certificate".into());
-                return LEASE_POLL;
             }
-            Err(e) => {
+            *following = self.follow_challenges(&rows.challenge, followed).await;
+            return LEASE_POLL;
+        }
+        // No other replica's order runs: its challenges are answered no more.
+        for (domain, _) in &followed {
+            self.certs.withdraw(domain);
+        }
+        match lease {
+            // Not due yet.
+            None => {
+                return renew_at
+                    .and_then(|at| at.duration_since(now).ok())
+                    .unwrap_or_default()
+                    .min(REFRESH);
+            }
+            Some(Ok(_)) => {}
+            Some(Err(e)) => {
                 tracing::warn!(error = %format!("{e:#}"), "ACME: taking the lease");
                 return STORE_RETRY;
             }
@@ -212,7 +245,13 @@ impl Acme {
             .await?
             .map(|k| serde_json::from_str(&k.value))
             .transpose()?;
-        let obtained = order::obtain(&self.settings, account, &self.certs).await?;
+        let answering = order::Answering {
+            certs: &self.certs,
+            store: &self.store,
+            prefix: &rows.challenge,
+            spread: self.spread,
+        };
+        let obtained = order::obtain(&self.settings, account, &answering).await?;
         if let Some(credentials) = obtained.new_account {
             let (name, value) = (rows.account.clone(), serde_json::to_string(&credentials)?);
             self.store
@@ -236,6 +275,49 @@ impl Acme {
             "ACME: certificate obtained and served"
         );
         Ok(renew_at)
+    }
+
+    /// Answers the validations of the order another replica runs, as the inbox keeps its
+    /// challenges; `followed` are those answered so far. Returns those answered now.
+    async fn follow_challenges(
+        &self,
+        prefix: &str,
+        followed: Vec<(String, String)>,
+    ) -> Vec<(String, String)> {
+        let key = prefix.to_owned();
+        let kept = match self
+            .store
+            .read(move |db| Ok(store::kept::with_prefix(db, &key)?))
+            .await
+        {
+            Ok(kept) => kept,
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "ACME: reading another replica's challenges");
+                return followed;
+            }
+        };
+        let now: Vec<(String, String)> = kept
+            .into_iter()
+            .filter_map(|(name, k)| Some((name.strip_prefix(prefix)?.to_owned(), k.value)))
+            .collect();
+        for (domain, _) in followed.iter().filter(|f| !now.contains(f)) {
+            self.certs.withdraw(domain);
+        }
+        for (domain, digest) in now.iter().filter(|n| !followed.contains(n)) {
+            let key = hex::decode(digest)
+                .map_err(anyhow::Error::from)
+                .and_then(|d| order::challenge_key(domain, &d));
+            match key {
+                Ok(key) => {
+                    self.certs.answer(domain, key);
+                    tracing::info!(%domain, "ACME: answering another replica's challenge");
+                }
+                Err(e) => {
+                    tracing::warn!(error = %format!("{e:#}"), %domain, "ACME: a kept challenge is unusable")
+                }
+            }
+        }
+        now
     }
 
     /// Serves `kept` unless it is what is served already; returns when to renew it.

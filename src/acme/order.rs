@@ -15,6 +15,7 @@ use rustls::sign::CertifiedKey;
 
 use crate::config;
 use crate::receive::tls::Certificates;
+use crate::store::{self, Store};
 
 /// How long an order may wait for its validations, and then for the certificate. Let's
 /// Encrypt validates in seconds; a minute covers a slow validation from several vantage
@@ -36,12 +37,26 @@ fn builder(settings: &config::Acme) -> anyhow::Result<instant_acme::AccountBuild
     })
 }
 
-/// Orders a certificate for `settings.domains`, answering the validations through `certs`.
+/// How the validations are answered: by this replica through `certs`, and by the others
+/// from the inbox, where each name's key authorization digest is kept under `prefix` and
+/// the name while the order runs.
+pub struct Answering<'a> {
+    pub certs: &'a Certificates,
+    pub store: &'a Store,
+    pub prefix: &'a str,
+    /// How long the other replicas are given to pick the challenges up before the ACME
+    /// server is told to validate (zero where there are none: SQLite).
+    pub spread: Duration,
+}
+
+/// Orders a certificate for `settings.domains`, answering the validations as `answering`
+/// says.
 pub async fn obtain(
     settings: &config::Acme,
     account: Option<AccountCredentials>,
-    certs: &Certificates,
+    answering: &Answering<'_>,
 ) -> anyhow::Result<Obtained> {
+    let certs = answering.certs;
     let (account, new_account) = match account {
         Some(credentials) => (
             builder(settings)?.from_credentials(credentials).await?,
@@ -72,6 +87,10 @@ pub async fn obtain(
     let mut order = account.new_order(&NewOrder::new(&identifiers)).await?;
     let mut answered = Vec::new();
     let result = async {
+        // First every challenge is answered here and kept for the other replicas, then,
+        // after the spread, the ACME server is told to validate each: it may reach any
+        // replica behind the name.
+        let mut ready = Vec::new();
         let mut authorizations = order.authorizations();
         while let Some(authz) = authorizations.next().await {
             let mut authz = authz?;
@@ -80,14 +99,32 @@ pub async fn obtain(
                 AuthorizationStatus::Pending => {}
                 other => anyhow::bail!("an authorization is {other:?}"),
             }
-            let mut challenge = authz.challenge(ChallengeType::TlsAlpn01).ok_or_else(|| {
+            let challenge = authz.challenge(ChallengeType::TlsAlpn01).ok_or_else(|| {
                 anyhow::anyhow!("the ACME server offers no tls-alpn-01 challenge")
             })?;
             let domain = challenge.identifier().to_string();
             let digest = challenge.key_authorization().digest();
             certs.answer(&domain, challenge_key(&domain, digest.as_ref())?);
+            let (name, value) = (format!("{}{domain}", answering.prefix), hex::encode(digest));
+            answering
+                .store
+                .change(move |db, now| store::kept::put(db, &name, &value, now))
+                .await?;
             answered.push(domain);
-            challenge.set_ready().await?;
+            ready.push(challenge.url.clone());
+        }
+        if !ready.is_empty() {
+            tokio::time::sleep(answering.spread).await;
+        }
+        let mut authorizations = order.authorizations();
+        while let Some(authz) = authorizations.next().await {
+            let mut authz = authz?;
+            let Some(mut challenge) = authz.challenge(ChallengeType::TlsAlpn01) else {
+                continue;
+            };
+            if ready.contains(&challenge.url) {
+                challenge.set_ready().await?;
+            }
         }
         let policy = RetryPolicy::new().timeout(VALIDATION_WAIT);
         let status = order.poll_ready(&policy).await?;
@@ -106,6 +143,14 @@ pub async fn obtain(
     .await;
     for domain in answered {
         certs.withdraw(&domain);
+        let name = format!("{}{domain}", answering.prefix);
+        if let Err(e) = answering
+            .store
+            .change(move |db, _| store::kept::delete(db, &name))
+            .await
+        {
+            tracing::warn!(error = %format!("{e:#}"), "ACME: forgetting a challenge");
+        }
     }
     let (chain_pem, key_pem) = result?;
     Ok(Obtained {
@@ -118,7 +163,7 @@ pub async fn obtain(
 /// The self-signed certificate a TLS-ALPN-01 validation of `domain` expects: its name, and
 /// the SHA-256 of the key authorization in a critical acmeIdentifier extension (RFC 8737
 /// §3).
-fn challenge_key(domain: &str, digest: &[u8]) -> anyhow::Result<Arc<CertifiedKey>> {
+pub fn challenge_key(domain: &str, digest: &[u8]) -> anyhow::Result<Arc<CertifiedKey>> {
     let mut params = rcgen::CertificateParams::new(vec![domain.to_owned()])?;
     params
         .custom_extensions

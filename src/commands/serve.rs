@@ -413,6 +413,10 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
                 certs: certs.clone(),
                 metrics: metrics.clone(),
                 holder: replica.clone(),
+                spread: match config.store.backend {
+                    config::Backend::Postgres(_) => crate::acme::CHALLENGE_SPREAD,
+                    _ => Duration::ZERO,
+                },
             }
             .spawn(),
         ),

@@ -166,8 +166,8 @@ const FILE: &[Section] = &[
                 names must resolve to it and the ACME server must reach it on port 443 \
                 (server.listen = \"0.0.0.0:443\", or a forward of 443 to it); no port 80 is \
                 needed. The account and the certificate are kept in the inbox, so a restart \
-                orders nothing and PostgreSQL replicas share one (one replica orders at a \
-                time). Until a certificate exists the listener completes no handshake and \
+                orders nothing and PostgreSQL replicas share one: one replica orders at a \
+                time, and every replica answers its validations, wherever the name leads. Until a certificate exists the listener completes no handshake and \
                 /readyz says why. It is renewed at two thirds of its lifetime, without a \
                 restart; a failure is retried after 1 minute, doubling up to 6 hours. A \
                 change here takes a restart.",

@@ -59,12 +59,19 @@ pub fn replace_if(
     Ok(changed == 1)
 }
 
+/// Forgets what is kept under `name`.
+pub fn delete(db: Db, name: &str) -> Result<(), DbError> {
+    db.execute("DELETE FROM kept WHERE name = ?1", &[&name])?;
+    Ok(())
+}
+
 /// Every kept name whose name starts with `prefix`, with its value, in name order.
 pub fn with_prefix(db: Db, prefix: &str) -> Result<Vec<(String, Kept)>, DbError> {
-    // `substr` rather than LIKE: a name may hold `%` or `_`.
+    // `substr` rather than LIKE: a name may hold `%` or `_`. The casts tell PostgreSQL the
+    // parameter's type, which `length`'s overloads leave it unable to infer.
     db.rows(
         "SELECT name, value, updated_at FROM kept
-         WHERE substr(name, 1, length(?1)) = ?1 ORDER BY name",
+         WHERE substr(name, 1, length(CAST(?1 AS TEXT))) = CAST(?1 AS TEXT) ORDER BY name",
         &[&prefix],
         |r| {
             Ok((

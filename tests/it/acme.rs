@@ -1,6 +1,7 @@
 //! The public listener's certificates: obtained by ACME from a real ACME server (Debian's
 //! `pebble`, Let's Encrypt's test server, with `pebble-challtestsrv` answering DNS), served,
-//! kept across a restart and renewed without one; and certificate files followed as they
+//! kept across a restart and renewed without one; two PostgreSQL replicas ordering once, the
+//! one waiting answering the other's validation; and certificate files followed as they
 //! change on disk.
 //!
 //! pebble rejects a share of nonces at random (`PEBBLE_WFE_NONCEREJECT`, left at its
@@ -412,4 +413,101 @@ async fn certificate_files_are_served_again_when_they_change_on_disk() {
         after.serial
     );
     server.stop().await;
+}
+
+/// `/readyz`'s answer.
+async fn readyz(admin: &str) -> String {
+    get(&reqwest::Client::new(), &format!("{admin}/readyz"))
+        .await
+        .1
+}
+
+#[tokio::test]
+async fn postgres_replicas_order_once_and_answer_each_others_challenges() {
+    let test = "acme::postgres_replicas_order_once_and_answer_each_others_challenges";
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let Some(pg) = postgres(test) else {
+        return;
+    };
+    let url = fresh_database(&pg).await;
+    let dir = tempfile::tempdir().unwrap();
+    // pebble validates on A's port only; B orders.
+    let (port_a, port_b, admin_a, admin_b) = (free_port(), free_port(), free_port(), free_port());
+    let Some(pebble) = pebble(test, dir.path(), port_a) else {
+        return;
+    };
+    let replica = |port: u16, admin_port: u16, name: &str| {
+        let server = format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\n\
+             [server.tls.acme]\ndomains = [\"{DOMAIN}\"]\n\
+             directory = \"{}\"\ndirectory_ca = {:?}\n\
+             [admin]\nlisten = \"127.0.0.1:{admin_port}\"\n",
+            pebble.directory,
+            pebble.own_ca.display().to_string()
+        );
+        let config = dir.path().join(format!("{name}.toml"));
+        let text = config_text_store(
+            &server,
+            &dir.path().join("unused.db"),
+            &pg_store(&url),
+            ONE_SOURCE,
+        );
+        std::fs::write(&config, text).unwrap();
+        config
+    };
+    let (config_a, config_b) = (replica(port_a, admin_a, "a"), replica(port_b, admin_b, "b"));
+    let (admin_a, admin_b) = (
+        format!("http://127.0.0.1:{admin_a}"),
+        format!("http://127.0.0.1:{admin_b}"),
+    );
+    let log = dir.path().join("pebble.log");
+
+    let b = Proc::spawn(&config_b);
+    let start = Instant::now();
+    while !readyz(&admin_b).await.contains("ordering a certificate") {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{}",
+            readyz(&admin_b).await
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A starts while B's order runs: it waits for it, and answers its validation.
+    let a = Proc::spawn(&config_a);
+    let waited = until_ready(&admin_a, &a, &log).await;
+    assert!(
+        waited
+            .iter()
+            .any(|w| w.contains("another replica is ordering the certificate")),
+        "{waited:?}"
+    );
+    until_ready(&admin_b, &b, &log).await;
+    let own = std::fs::read(&pebble.own_ca).unwrap();
+    let (_, root) = get(
+        &client_trusting(&own),
+        &format!("{}/roots/0", pebble.management),
+    )
+    .await;
+    let on_a = served(
+        format!("127.0.0.1:{port_a}").parse().unwrap(),
+        root.as_bytes(),
+    )
+    .await
+    .unwrap();
+    let on_b = served(
+        format!("127.0.0.1:{port_b}").parse().unwrap(),
+        root.as_bytes(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(on_a.serial, on_b.serial);
+    let ok = "hookinbox_certificate_renewals_total{result=\"ok\"}";
+    let orders = |admin: String| async move {
+        let (_, metrics) = get(&reqwest::Client::new(), &format!("{admin}/metrics")).await;
+        metric(&metrics, ok)
+    };
+    assert_eq!(orders(admin_b.clone()).await, Some(1.0));
+    assert_eq!(orders(admin_a.clone()).await, Some(0.0));
+    assert!(a.sigterm().success());
+    assert!(b.sigterm().success());
 }

@@ -69,7 +69,8 @@
 //! - `acme`: certificates by ACME against a real ACME server (pebble): none served and
 //!   /readyz saying why until one is issued, then a signed webhook over HTTPS to it, kept
 //!   across a restart without a new order, renewed at two thirds of its lifetime without
-//!   a restart; certificate files served again when they change on disk.
+//!   a restart; PostgreSQL replicas ordering once and answering each other's validations;
+//!   certificate files served again when they change on disk.
 //! - `fuzz_corpora`: every committed fuzz corpus file replayed through the fuzz harness
 //!   (signature parsers in process, raw HTTP bytes through the real service).
 
