@@ -231,6 +231,20 @@ async fn a_certificate_is_obtained_served_kept_across_a_restart_and_renewed() {
 
     // Before its certificate: no handshake completes, and /readyz says why.
     let first = Proc::spawn(&deployed.config);
+    let pending = served(addr, b"").await;
+    let plain = reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{port}/hooks/sw"))
+        .body("{}")
+        .send()
+        .await;
+    if readyz(&admin)
+        .await
+        .starts_with("not ready: no certificate yet")
+    {
+        let e = pending.expect_err("a handshake completed before any certificate");
+        assert!(e.contains("handshake") || e.contains("alert"), "{e}");
+        assert!(plain.is_err(), "plain HTTP was answered: {plain:?}");
+    }
     let not_ready = until_ready(&admin, &first, &dir.path().join("pebble.log")).await;
     assert!(
         not_ready
