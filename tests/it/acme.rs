@@ -149,6 +149,14 @@ fn client_trusting(pem: &[u8]) -> reqwest::Client {
 /// The certificate a TLS handshake with `addr` for `DOMAIN` is served, verified against
 /// `roots` (a handshake that fails is an error).
 async fn served(addr: SocketAddr, roots: &[u8]) -> Result<CertInfo, String> {
+    Ok(connect(addr, roots).await?.1)
+}
+
+type Tls = tokio_rustls::client::TlsStream<tokio::net::TcpStream>;
+
+/// A TLS connection to `addr` for `DOMAIN`, verified against `roots`, and the certificate
+/// it was served.
+async fn connect(addr: SocketAddr, roots: &[u8]) -> Result<(Tls, CertInfo), String> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut store = rustls::RootCertStore::empty();
     for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(roots) {
@@ -168,7 +176,48 @@ async fn served(addr: SocketAddr, roots: &[u8]) -> Result<CertInfo, String> {
         .await
         .map_err(|e| e.to_string())?;
     let leaf = tls.get_ref().1.peer_certificates().unwrap()[0].clone();
-    CertInfo::of(&leaf)
+    let info = CertInfo::of(&leaf)?;
+    Ok((tls, info))
+}
+
+/// Sends `req` on the open connection `tls` (HTTP/1.1, kept alive); the answer's status.
+async fn post_on(tls: &mut Tls, req: &Signed) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut head = format!(
+        "POST /hooks/sw HTTP/1.1\r\nHost: {DOMAIN}\r\nContent-Length: {}\r\n",
+        req.body.len()
+    );
+    for (name, value) in &req.headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    tls.write_all(head.as_bytes()).await.unwrap();
+    tls.write_all(&req.body).await.unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    let end = loop {
+        let n = tls.read(&mut buf).await.unwrap();
+        assert!(
+            n > 0,
+            "the connection was closed: {}",
+            String::from_utf8_lossy(&answer)
+        );
+        answer.extend_from_slice(&buf[..n]);
+        if let Some(i) = answer.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+    };
+    let head = String::from_utf8_lossy(&answer[..end]).to_ascii_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .map_or(0, |v| v.trim().parse().unwrap());
+    while answer.len() < end + length {
+        let n = tls.read(&mut buf).await.unwrap();
+        assert!(n > 0, "the connection was closed mid-answer");
+        answer.extend_from_slice(&buf[..n]);
+    }
+    head[9..12].parse().unwrap()
 }
 
 async fn get(client: &reqwest::Client, url: &str) -> (u16, String) {
@@ -322,8 +371,25 @@ async fn a_certificate_is_obtained_served_kept_across_a_restart_and_renewed() {
         Some(0.0)
     );
 
-    // Two thirds into its lifetime, a renewal, without a restart.
+    // Two thirds into its lifetime, a renewal, without a restart; a connection opened
+    // before it (kept busy, so that it is not closed for idling) goes on after it.
+    let (mut held, held_cert) = connect(addr, root.as_bytes()).await.unwrap();
+    assert_eq!(held_cert.serial, issued.serial);
+    let mut sent = 0;
+    let mut last_sent = Instant::now();
     let renewed = loop {
+        if last_sent.elapsed() > Duration::from_secs(2) {
+            sent += 1;
+            let id = format!("msg_held_{sent}");
+            let req = sign_with(
+                &deployed.scheme,
+                &id,
+                &event_body(&id, "held"),
+                hookinbox::clock::unix_now(),
+            );
+            assert_eq!(post_on(&mut held, &req).await, 200);
+            last_sent = Instant::now();
+        }
         let now = served(addr, root.as_bytes()).await.unwrap();
         if now.serial != issued.serial {
             break now;
@@ -340,6 +406,17 @@ async fn a_certificate_is_obtained_served_kept_across_a_restart_and_renewed() {
     assert!(
         renewed_at >= due - 1,
         "renewed at {renewed_at}, due at {due}"
+    );
+    let req = sign_with(
+        &deployed.scheme,
+        "msg_held_after",
+        &event_body("msg_held_after", "held"),
+        hookinbox::clock::unix_now(),
+    );
+    assert_eq!(post_on(&mut held, &req).await, 200);
+    assert!(
+        sent >= 3,
+        "{sent} requests on the held connection before the renewal"
     );
     // New handshakes get the new certificate, verified against the same root.
     let fresh = client_trusting(root.as_bytes());
