@@ -1,5 +1,6 @@
 //! Certificates by ACME (RFC 8555) for the public listener: obtained with TLS-ALPN-01 on the
-//! listener itself, kept in the inbox, renewed at two thirds of their lifetime.
+//! listener itself (or HTTP-01 on a listener of its own, [`http01`]), kept in the inbox,
+//! renewed at two thirds of their lifetime.
 //!
 //! The invariant: at most one replica orders at a time for a set of names, and each
 //! replica serves the newest certificate the inbox keeps. The inbox's `kept` table holds
@@ -9,6 +10,7 @@
 //! too (the ACME server may reach any of them). A failed order moves the lease's term to the end of its backoff, so the other
 //! replicas wait as long as it does; a restart finds the certificate and orders nothing.
 
+pub mod http01;
 mod order;
 
 use std::sync::Arc;
@@ -184,7 +186,7 @@ impl Acme {
         }
         // No other replica's order runs: its challenges are answered no more.
         for (domain, _) in &followed {
-            self.certs.withdraw(domain);
+            self.withdraw(domain);
         }
         match lease {
             // Not due yet.
@@ -277,6 +279,14 @@ impl Acme {
         Ok(renew_at)
     }
 
+    /// Stops answering a followed challenge (a name, or an HTTP-01 token).
+    fn withdraw(&self, followed: &str) {
+        match followed.strip_prefix(order::HTTP01) {
+            Some(token) => self.certs.withdraw_http(token),
+            None => self.certs.withdraw(followed),
+        }
+    }
+
     /// Answers the validations of the order another replica runs, as the inbox keeps its
     /// challenges; `followed` are those answered so far. Returns those answered now.
     async fn follow_challenges(
@@ -301,9 +311,13 @@ impl Acme {
             .filter_map(|(name, k)| Some((name.strip_prefix(prefix)?.to_owned(), k.value)))
             .collect();
         for (domain, _) in followed.iter().filter(|f| !now.contains(f)) {
-            self.certs.withdraw(domain);
+            self.withdraw(domain);
         }
         for (domain, digest) in now.iter().filter(|n| !followed.contains(n)) {
+            if let Some(token) = domain.strip_prefix(order::HTTP01) {
+                self.certs.answer_http(token, digest);
+                continue;
+            }
             let key = hex::decode(digest)
                 .map_err(anyhow::Error::from)
                 .and_then(|d| order::challenge_key(domain, &d));

@@ -22,6 +22,9 @@ use crate::store::{self, Store};
 /// points without holding the lease past its term.
 const VALIDATION_WAIT: Duration = Duration::from_secs(60);
 
+/// Before a token in the names of kept HTTP-01 challenges (a DNS name has no colon).
+pub const HTTP01: &str = "http-01:";
+
 /// What an order leaves: the chain and its key (PEM), and the account's credentials if it
 /// created the account.
 pub struct Obtained {
@@ -85,6 +88,10 @@ pub async fn obtain(
         .map(|d| Identifier::Dns(d.clone()))
         .collect();
     let mut order = account.new_order(&NewOrder::new(&identifiers)).await?;
+    let kind = match settings.http01_listen {
+        Some(_) => ChallengeType::Http01,
+        None => ChallengeType::TlsAlpn01,
+    };
     let mut answered = Vec::new();
     let result = async {
         // First every challenge is answered here and kept for the other replicas, then,
@@ -99,13 +106,24 @@ pub async fn obtain(
                 AuthorizationStatus::Pending => {}
                 other => anyhow::bail!("an authorization is {other:?}"),
             }
-            let challenge = authz.challenge(ChallengeType::TlsAlpn01).ok_or_else(|| {
-                anyhow::anyhow!("the ACME server offers no tls-alpn-01 challenge")
-            })?;
-            let domain = challenge.identifier().to_string();
-            let digest = challenge.key_authorization().digest();
-            certs.answer(&domain, challenge_key(&domain, digest.as_ref())?);
-            let (name, value) = (format!("{}{domain}", answering.prefix), hex::encode(digest));
+            let challenge = authz
+                .challenge(kind.clone())
+                .ok_or_else(|| anyhow::anyhow!("the ACME server offers no {kind:?} challenge"))?;
+            // Kept under the name for TLS-ALPN-01, under the token for HTTP-01.
+            let (domain, value) = if kind == ChallengeType::Http01 {
+                let key_authorization = challenge.key_authorization();
+                certs.answer_http(&challenge.token, key_authorization.as_str());
+                (
+                    format!("{HTTP01}{}", challenge.token),
+                    key_authorization.as_str().to_owned(),
+                )
+            } else {
+                let domain = challenge.identifier().to_string();
+                let digest = challenge.key_authorization().digest();
+                certs.answer(&domain, challenge_key(&domain, digest.as_ref())?);
+                (domain, hex::encode(digest))
+            };
+            let name = format!("{}{domain}", answering.prefix);
             answering
                 .store
                 .change(move |db, now| store::kept::put(db, &name, &value, now))
@@ -119,7 +137,7 @@ pub async fn obtain(
         let mut authorizations = order.authorizations();
         while let Some(authz) = authorizations.next().await {
             let mut authz = authz?;
-            let Some(mut challenge) = authz.challenge(ChallengeType::TlsAlpn01) else {
+            let Some(mut challenge) = authz.challenge(kind.clone()) else {
                 continue;
             };
             if ready.contains(&challenge.url) {
@@ -142,7 +160,10 @@ pub async fn obtain(
     }
     .await;
     for domain in answered {
-        certs.withdraw(&domain);
+        match domain.strip_prefix(HTTP01) {
+            Some(token) => certs.withdraw_http(token),
+            None => certs.withdraw(&domain),
+        }
         let name = format!("{}{domain}", answering.prefix);
         if let Err(e) = answering
             .store

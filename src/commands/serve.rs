@@ -305,6 +305,15 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
                 config.admin.listen
             )
         })?;
+    let http01 = match config.server.acme.as_ref().and_then(|a| a.http01_listen) {
+        Some(addr) => Some(TcpListener::bind(addr).await.with_context(|| {
+            format!(
+                "binding server.tls.acme.http01_listen {addr} (is another process using the \
+                 port? port 80 needs CAP_NET_BIND_SERVICE)"
+            )
+        })?),
+        None => None,
+    };
     let public_addr = public.local_addr()?;
     let admin_addr = admin.local_addr()?;
     store
@@ -481,7 +490,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         store: store.clone(),
         delivery: delivery_health,
         budget,
-        certificates,
+        certificates: certificates.clone(),
         settled_counted: Default::default(),
     });
     let source_count = sources.len();
@@ -490,6 +499,29 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let (stop, stopped) = oneshot::channel::<()>();
     let (admin_stop, admin_stopped) = oneshot::channel::<()>();
     let (public_stop, public_stopped) = oneshot::channel::<()>();
+    // HTTP-01's listener answers only the ACME server's requests, with the admin
+    // listener's small connection cap.
+    let (http01_stop, http01_stopped) = oneshot::channel::<()>();
+    let http01_task = match (http01, &certificates) {
+        (Some(listener), Some(certs)) => {
+            let handler = Arc::new(crate::acme::http01::Http01(certs.clone()));
+            let limits = Limits {
+                header_timeout: config.server.header_timeout,
+                max_connections: ADMIN_MAX_CONNECTIONS,
+                tls: None,
+                closed_for_room: None,
+            };
+            Some(tokio::spawn(listener::serve(
+                listener,
+                limits,
+                handler,
+                async {
+                    let _ = http01_stopped.await;
+                },
+            )))
+        }
+        _ => None,
+    };
     let done = tokio::spawn(async move {
         let admin_task = tokio::spawn(listener::serve(admin, admin_limits, admin_handler, async {
             let _ = admin_stopped.await;
@@ -518,6 +550,10 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         // replica's); what it obtained is kept before it is served.
         if let Some(task) = acme_task {
             task.abort();
+            let _ = task.await;
+        }
+        let _ = http01_stop.send(());
+        if let Some(task) = http01_task {
             let _ = task.await;
         }
         // The heartbeat writes the clean stop: no request is taken now. Bounded like the

@@ -136,6 +136,8 @@ pub struct Acme {
     pub directory: String,
     /// PEM certificates trusted for the ACME server instead of the system's store.
     pub directory_ca: Option<PathBuf>,
+    /// Prove the names with HTTP-01 on this plain HTTP listener instead of TLS-ALPN-01.
+    pub http01_listen: Option<SocketAddr>,
 }
 
 /// PEM files for the public listener's TLS.

@@ -68,6 +68,7 @@ pub(super) struct RawAcme {
     #[serde(default = "default_acme_directory")]
     pub(super) directory: String,
     pub(super) directory_ca: Option<PathBuf>,
+    pub(super) http01_listen: Option<SocketAddr>,
 }
 
 fn default_acme_directory() -> String {

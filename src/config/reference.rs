@@ -165,7 +165,7 @@ const FILE: &[Section] = &[
                 proves each name with the TLS-ALPN-01 challenge on its own listener, so the \
                 names must resolve to it and the ACME server must reach it on port 443 \
                 (server.listen = \"0.0.0.0:443\", or a forward of 443 to it); no port 80 is \
-                needed. The account and the certificate are kept in the inbox, so a restart \
+                needed, unless http01_listen asks for HTTP-01. The account and the certificate are kept in the inbox, so a restart \
                 orders nothing and PostgreSQL replicas share one: one replica orders at a \
                 time, and every replica answers its validations, wherever the name leads. Until a certificate exists the listener completes no handshake and \
                 /readyz says why. It is renewed at two thirds of its lifetime, without a \
@@ -199,6 +199,16 @@ const FILE: &[Section] = &[
                 if_absent: IfAbsent::Off,
                 meaning: "A PEM file with the CA certificate trusted for the ACME server's \
                           HTTPS instead of the system's store (a private or test ACME server).",
+            },
+            Key {
+                name: "http01_listen",
+                form: "address",
+                if_absent: IfAbsent::Off,
+                meaning: "Prove the names with HTTP-01 instead: a plain HTTP listener, like \
+                          \"0.0.0.0:80\", that answers only the ACME server's \
+                          /.well-known/acme-challenge/ requests (404 to everything else). For \
+                          a TCP load balancer that cannot pass TLS-ALPN-01's ALPN; the ACME \
+                          server connects to port 80.",
             },
         ],
     },

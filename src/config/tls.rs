@@ -105,6 +105,7 @@ fn validate_acme(raw: &RawAcme, base: &Path) -> Result<Acme, String> {
         contact: raw.contact.clone(),
         directory,
         directory_ca,
+        http01_listen: raw.http01_listen,
     })
 }
 
@@ -278,5 +279,10 @@ mod tests {
         assert!(both.contains("not both"), "{both}");
         assert!(error("[server.tls]\ncert = \"c.pem\"").contains("server.tls.key is missing"));
         assert!(error("[server.tls]").contains("server.tls is empty"));
+        let same = error(
+            "listen = \"0.0.0.0:8443\"\n[server.tls.acme]\ndomains = [\"a.example.com\"]\n\
+             http01_listen = \"127.0.0.1:8443\"",
+        );
+        assert!(same.contains("are the same port"), "{same}");
     }
 }

@@ -127,6 +127,21 @@ pub(super) fn validate(
         .map(|t| crate::proxy::Cidr::parse(t).map_err(|e| format!("server.trusted_proxies: {e}")))
         .collect::<Result<Vec<_>, _>>()?;
     let (tls, acme) = super::tls::validate(s.tls.as_ref(), paths.base)?;
+    if let Some(http01) = acme.as_ref().and_then(|a| a.http01_listen) {
+        for (key, other) in [("server.listen", public), ("admin.listen", admin)] {
+            if http01.port() != 0
+                && http01.port() == other.port()
+                && (http01.ip() == other.ip()
+                    || http01.ip().is_unspecified()
+                    || other.ip().is_unspecified())
+            {
+                return Err(format!(
+                    "server.tls.acme.http01_listen {http01} and {key} {other} are the same \
+                     port; HTTP-01 needs a listener of its own, usually \"0.0.0.0:80\""
+                ));
+            }
+        }
+    }
 
     let mut names = HashSet::new();
     let mut sources = Vec::with_capacity(raw.sources.len());

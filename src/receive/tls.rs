@@ -61,6 +61,8 @@ pub struct Certificates {
     /// By DNS name (lowercase): the self-signed certificate carrying the key
     /// authorization's digest.
     challenges: RwLock<HashMap<String, Arc<CertifiedKey>>>,
+    /// HTTP-01's answers: the key authorization by token.
+    tokens: RwLock<HashMap<String, String>>,
     waiting: RwLock<String>,
 }
 
@@ -108,6 +110,30 @@ impl Certificates {
             .write()
             .expect("no panics while holding the lock")
             .remove(&domain.to_ascii_lowercase());
+    }
+
+    /// Answers an HTTP-01 request for `token` with `key_authorization`.
+    pub fn answer_http(&self, token: &str, key_authorization: &str) {
+        self.tokens
+            .write()
+            .expect("no panics while holding the lock")
+            .insert(token.to_owned(), key_authorization.to_owned());
+    }
+
+    pub fn withdraw_http(&self, token: &str) {
+        self.tokens
+            .write()
+            .expect("no panics while holding the lock")
+            .remove(token);
+    }
+
+    /// The key authorization an HTTP-01 request for `token` is answered with.
+    pub fn key_authorization(&self, token: &str) -> Option<String> {
+        self.tokens
+            .read()
+            .expect("no panics while holding the lock")
+            .get(token)
+            .cloned()
     }
 
     /// Says why no certificate is served yet (kept until one is).

@@ -1,8 +1,8 @@
 //! The public listener's certificates: obtained by ACME from a real ACME server (Debian's
 //! `pebble`, Let's Encrypt's test server, with `pebble-challtestsrv` answering DNS), served,
 //! kept across a restart and renewed without one; two PostgreSQL replicas ordering once, the
-//! one waiting answering the other's validation; and certificate files followed as they
-//! change on disk.
+//! one waiting answering the other's validation; HTTP-01 on a listener of its own; and
+//! certificate files followed as they change on disk.
 //!
 //! pebble rejects a share of nonces at random (`PEBBLE_WFE_NONCEREJECT`, left at its
 //! default) and issues certificates for as long as its `certificateValidityPeriod` says:
@@ -65,6 +65,11 @@ fn installed(program: &str) -> bool {
 
 /// Starts pebble validating TLS-ALPN-01 on `tls_port`, or says why it cannot.
 fn pebble(test: &str, dir: &Path, tls_port: u16) -> Option<Pebble> {
+    pebble_with(test, dir, tls_port, 0)
+}
+
+/// [`pebble`], validating HTTP-01 on `http_port`.
+fn pebble_with(test: &str, dir: &Path, tls_port: u16, http_port: u16) -> Option<Pebble> {
     if !installed("pebble") || !installed("pebble-challtestsrv") {
         skip(
             "PEBBLE",
@@ -97,7 +102,7 @@ fn pebble(test: &str, dir: &Path, tls_port: u16) -> Option<Pebble> {
             "managementListenAddress": format!("127.0.0.1:{management}"),
             "certificate": own_ca,
             "privateKey": own_key,
-            "httpPort": 0,
+            "httpPort": http_port,
             "tlsPort": tls_port,
             "ocspResponderURL": "",
             "externalAccountBindingRequired": false,
@@ -601,4 +606,52 @@ async fn postgres_replicas_order_once_and_answer_each_others_challenges() {
     assert_eq!(orders(admin_a.clone()).await, Some(0.0));
     assert!(a.sigterm().success());
     assert!(b.sigterm().success());
+}
+
+#[tokio::test]
+async fn a_certificate_is_obtained_by_http01_on_a_second_listener() {
+    let test = "acme::a_certificate_is_obtained_by_http01_on_a_second_listener";
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    // pebble's TLS-ALPN-01 port has nobody on it: only HTTP-01 can succeed.
+    let (port, http01, admin_port, nobody) = (free_port(), free_port(), free_port(), free_port());
+    let Some(pebble) = pebble_with(test, dir.path(), nobody, http01) else {
+        return;
+    };
+    let server = format!(
+        "[server]\nlisten = \"127.0.0.1:{port}\"\n\
+         [server.tls.acme]\ndomains = [\"{DOMAIN}\"]\n\
+         directory = \"{}\"\ndirectory_ca = {:?}\nhttp01_listen = \"127.0.0.1:{http01}\"\n\
+         [admin]\nlisten = \"127.0.0.1:{admin_port}\"\n",
+        pebble.directory,
+        pebble.own_ca.display().to_string()
+    );
+    let deployed = deploy(ONE_SOURCE);
+    std::fs::write(
+        &deployed.config,
+        config_text(&server, &deployed.db, ONE_SOURCE),
+    )
+    .unwrap();
+    let serve = Proc::spawn(&deployed.config);
+    until_ready(
+        &format!("http://127.0.0.1:{admin_port}"),
+        &serve,
+        &dir.path().join("pebble.log"),
+    )
+    .await;
+    let own = std::fs::read(&pebble.own_ca).unwrap();
+    let (_, root) = get(
+        &client_trusting(&own),
+        &format!("{}/roots/0", pebble.management),
+    )
+    .await;
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    assert_eq!(served(addr, root.as_bytes()).await.unwrap().names, [DOMAIN]);
+    // The HTTP-01 listener answers nothing else, and no challenge once the order is done.
+    let plain = reqwest::Client::new();
+    for path in ["/hooks/sw", "/.well-known/acme-challenge/x", "/metrics"] {
+        let (status, _) = get(&plain, &format!("http://127.0.0.1:{http01}{path}")).await;
+        assert_eq!(status, 404, "{path}");
+    }
+    assert!(serve.sigterm().success());
 }

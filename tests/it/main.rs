@@ -70,6 +70,7 @@
 //!   /readyz saying why until one is issued, then a signed webhook over HTTPS to it, kept
 //!   across a restart without a new order, renewed at two thirds of its lifetime without
 //!   a restart; PostgreSQL replicas ordering once and answering each other's validations;
+//!   HTTP-01 on a second listener;
 //!   certificate files served again when they change on disk.
 //! - `fuzz_corpora`: every committed fuzz corpus file replayed through the fuzz harness
 //!   (signature parsers in process, raw HTTP bytes through the real service).
