@@ -165,10 +165,13 @@ const FILE: &[Section] = &[
                 proves each name with the TLS-ALPN-01 challenge on its own listener, so the \
                 names must resolve to it and the ACME server must reach it on port 443 \
                 (server.listen = \"0.0.0.0:443\", or a forward of 443 to it); no port 80 is \
-                needed, unless http01_listen asks for HTTP-01. The account and the certificate are kept in the inbox, so a restart \
-                orders nothing and PostgreSQL replicas share one: one replica orders at a \
-                time, and every replica answers its validations, wherever the name leads. Until a certificate exists the listener completes no handshake and \
-                /readyz says why. It is renewed at two thirds of its lifetime, without a \
+                needed, unless http01_listen asks for HTTP-01. The account (hookinbox \
+                agrees to the ACME server's terms of service for it) and the certificate \
+                with its private key are kept in the inbox, and so in its backups: a \
+                restart orders nothing, and PostgreSQL replicas share one (one replica \
+                orders at a time, and every replica answers its validations, wherever the \
+                name leads). Until a certificate exists the listener completes no handshake \
+                and /readyz says why. It is renewed at two thirds of its lifetime, without a \
                 restart; a failure is retried after 1 minute, doubling up to 6 hours. A \
                 change here takes a restart.",
         keys: &[
