@@ -34,6 +34,8 @@ pub struct Admin {
     pub delivery: Arc<deliver::Health>,
     /// The memory budget for request bodies, for its gauge.
     pub budget: Arc<crate::receive::BodyBudget>,
+    /// With ACME: the certificate served, or why there is none yet.
+    pub certificates: Option<Arc<crate::receive::tls::Certificates>>,
     pub web: Arc<crate::web::Web>,
     /// When a scrape last set out to count every delivery state; none before the first.
     pub settled_counted: Mutex<Option<Instant>>,
@@ -154,6 +156,13 @@ impl Admin {
                         StatusCode::SERVICE_UNAVAILABLE,
                         "not ready: shutting down\n",
                     );
+                }
+                if let Some(why) = self.certificates.as_ref().and_then(|c| c.not_ready()) {
+                    return Response::builder()
+                        .status(StatusCode::SERVICE_UNAVAILABLE)
+                        .header(CONTENT_TYPE, "text/plain; charset=utf-8")
+                        .body(Full::new(format!("not ready: {why}\n").into()))
+                        .expect("static header values are valid");
                 }
                 if let Some(target) = self.delivery.stuck() {
                     return Response::builder()

@@ -84,6 +84,11 @@ pub enum Command {
         hookinbox check --config examples/quickstart.toml\n  \
         hookinbox check --json | jq .warnings  # exit 3 when something would fail at run time")]
     Check(commands::check::Args),
+    /// Print the certificate the public listener serves: its names, issuer, expiry and
+    /// source (the files, or the one ACME obtained, as the inbox keeps it)
+    #[command(after_help = "Examples:\n  \
+        hookinbox show-cert --config /etc/hookinbox/hookinbox.toml")]
+    ShowCert,
     /// Print a correctly signed test request for a source (a curl command by default)
     #[command(after_help = "Examples:\n  \
         hookinbox sign --source demo | sh       # sends it to this config's listener\n  \
@@ -227,6 +232,7 @@ pub fn run(cli: Cli) -> Exit {
             Command::Check(_) => {
                 Some(("check", "checks the config's [store] (pass --config FILE)"))
             }
+            Command::ShowCert => Some(("show-cert", "reads the config's [store]")),
             Command::Sign(_) => Some(("sign", "opens no inbox")),
             Command::Keypair(_) => Some(("keypair", "opens no inbox")),
             Command::Generate { .. } => Some(("generate", "opens no inbox")),
@@ -254,9 +260,13 @@ pub fn run(cli: Cli) -> Exit {
             args,
             &mut std::io::stdout().lock(),
         ),
-        Command::Serve | Command::Check(_) | Command::Sign(_) | Command::Recover(_) => {
+        Command::Serve
+        | Command::Check(_)
+        | Command::ShowCert
+        | Command::Sign(_)
+        | Command::Recover(_) => {
             let purpose = match &cli.command {
-                Command::Check(_) => config::Purpose::Check,
+                Command::Check(_) | Command::ShowCert => config::Purpose::Check,
                 // Only the named source's secrets: its API key is one of them, and the
                 // others may be systemd credentials this shell cannot read.
                 Command::Sign(commands::sign::Args { source, .. })
@@ -357,6 +367,7 @@ fn with_config(
             commands::recover::run(config, &inbox, &args, out)
         }
         Command::Check(args) => commands::check::run(&config, &args, out),
+        Command::ShowCert => commands::show_cert::run(&config, out),
         Command::Sign(args) => commands::sign::run(&config, &args, out),
         Command::Serve => {
             commands::serve::abort_on_panic();
@@ -481,6 +492,7 @@ fn offline_command(
         | Command::MigrateStore(_)
         | Command::Recover(_)
         | Command::Check(_)
+        | Command::ShowCert
         | Command::Sign(_)
         | Command::Generate { .. }
         | Command::Keypair(_)

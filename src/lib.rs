@@ -11,6 +11,8 @@
 //! - [`admin`]: the local admin listener: metrics and health; [`web`]: the web inbox on it.
 //! - [`activation`]: the listening sockets systemd passes (socket activation).
 //! - [`receive`]: the public listener: limits, routing, verification, answers.
+//! - [`acme`]: certificates for the public listener by ACME (TLS-ALPN-01), kept in the
+//!   inbox and renewed.
 //! - [`deliver`]: the worker that forwards stored events to their targets, with retries.
 //! - [`recover`]: knowing the gaps (heartbeats, runs of refused requests) and filling them
 //!   from the providers' APIs (GitHub redeliveries, Stripe's events).
@@ -31,6 +33,7 @@
 //!   terminal, trusted proxies, fault injection, the configuration manual's vocabulary).
 //! - [`oracle`]: the crash and load tests' checker (what was acknowledged vs the inbox).
 
+pub mod acme;
 pub mod activation;
 pub mod admin;
 pub mod alerts;

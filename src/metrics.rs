@@ -162,6 +162,12 @@ pub struct Metrics {
     pub allow_list_updated: Family<AllowListLabels, FloatGauge>,
     /// Fetches of those lists, by result (`ok`, `error`).
     pub allow_list_refreshes: Family<AllowRefreshLabels, Counter>,
+    /// Unix seconds at which the certificate the public listener serves expires; 0 without
+    /// TLS, or with ACME before the first certificate.
+    pub certificate_expiry: Gauge,
+    /// Certificates ordered by ACME (the first one and each renewal), by result
+    /// ([`RENEWAL_RESULTS`]).
+    pub certificate_renewals: Family<ResultLabels, Counter>,
     configured: Mutex<Configured>,
 }
 
@@ -174,6 +180,14 @@ pub struct AllowListLabels {
 pub struct AllowRefreshLabels {
     pub provider: &'static str,
     /// `ok` or `error`.
+    pub result: &'static str,
+}
+
+/// The results of `hookinbox_certificate_renewals_total`.
+pub const RENEWAL_RESULTS: [&str; 2] = ["ok", "error"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
     pub result: &'static str,
 }
 
@@ -414,10 +428,25 @@ impl Metrics {
             "Fetches of providers' lists of webhook addresses, by result (ok, error)",
             allow_list_refreshes.clone(),
         );
+        let certificate_expiry = Gauge::default();
+        registry.register(
+            "certificate_expiry_timestamp_seconds",
+            "Unix time at which the certificate the public listener serves expires; 0 \
+             without TLS, or with ACME until the first certificate",
+            certificate_expiry.clone(),
+        );
+        let certificate_renewals = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "certificate_renewals",
+            "Certificates ordered by ACME, the first one included, by result (ok, error)",
+            certificate_renewals.clone(),
+        );
         root.register_collector(Box::new(process::Collector));
         Metrics {
             allow_list_updated,
             allow_list_refreshes,
+            certificate_expiry,
+            certificate_renewals,
             gaps,
             recovered_events,
             recovery_errors,

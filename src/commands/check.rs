@@ -39,9 +39,19 @@ struct Listeners {
     admin: String,
     tls: bool,
     /// The certificate the public listener serves, from `server.tls.cert`.
-    certificate: Option<crate::config::certificate::Certificate>,
+    certificate: Option<crate::config::CertInfo>,
+    /// With `[server.tls.acme]`: the names and the ACME server's directory.
+    acme: Option<AcmeReport>,
     /// Whether the web inbox may replay, pause and resume (`admin.actions`).
     web_actions: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct AcmeReport {
+    domains: Vec<String>,
+    directory: String,
+    /// `tls-alpn-01` on the public listener, or `http-01` on `http01_listen`.
+    challenge: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -155,12 +165,20 @@ fn report(config: &Config) -> Report {
         listeners: Listeners {
             public: config.server.listen.to_string(),
             admin: config.admin.listen.to_string(),
-            tls: config.server.tls.is_some(),
+            tls: config.server.tls.is_some() || config.server.acme.is_some(),
+            acme: config.server.acme.as_ref().map(|a| AcmeReport {
+                domains: a.domains.clone(),
+                directory: a.directory.clone(),
+                challenge: match a.http01_listen {
+                    Some(addr) => format!("http-01 on {addr}"),
+                    None => "tls-alpn-01 on the public listener".into(),
+                },
+            }),
             certificate: config
                 .server
                 .tls
                 .as_ref()
-                .and_then(|t| crate::config::certificate::Certificate::of_pem_file(&t.cert).ok()),
+                .and_then(|t| crate::config::CertInfo::of_pem_file(&t.cert).ok()),
             web_actions: config.admin.actions,
         },
         inbox: inbox.describe(),
@@ -237,6 +255,15 @@ fn write_text(r: &Report, out: &mut impl Write) -> std::io::Result<()> {
             "read-only"
         }
     )?;
+    if let Some(a) = &r.listeners.acme {
+        writeln!(
+            out,
+            "  tls     by ACME for {} from {} ({}); `hookinbox show-cert` prints what is served",
+            a.domains.join(", "),
+            a.directory,
+            a.challenge
+        )?;
+    }
     if let Some(c) = &r.listeners.certificate {
         // Validation read the pair with rustls, which refuses a key that is not the
         // certificate's.

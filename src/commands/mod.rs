@@ -18,6 +18,7 @@ pub mod reload;
 pub mod replay;
 pub mod serve;
 pub mod show;
+pub mod show_cert;
 pub mod sign;
 
 /// What an operator asked for is not in the inbox (exit code 4, not a failure of hookinbox).

@@ -161,6 +161,8 @@ pub struct Running {
     /// The sources, for the heartbeat and recovery.
     sources: watch::Sender<Vec<Arc<Source>>>,
     tls: Option<tls::Acceptor>,
+    /// The certificate files the file watcher follows (files-based TLS only).
+    tls_files: Option<watch::Sender<config::Tls>>,
     /// What a reload cannot change without a restart.
     restart_only: config::RestartOnly,
     stop: oneshot::Sender<()>,
@@ -258,6 +260,12 @@ impl Running {
             .reload(&sources, config.server.trusted_proxies.clone());
         if let (Some(acceptor), Some(tls_config)) = (&self.tls, tls_config) {
             acceptor.swap(tls_config);
+            if let Some(files) = &config.server.tls {
+                served_files(&self.metrics, files);
+                if let Some(follow) = &self.tls_files {
+                    let _ = follow.send(files.clone());
+                }
+            }
         }
         self.retention.replace(&sources);
         self.web.reload(&sources, &config.alerts);
@@ -338,6 +346,15 @@ pub async fn start_with(
 
     let public = listen("server.listen", config.server.listen, inherited.public).await?;
     let admin = listen("admin.listen", config.admin.listen, inherited.admin).await?;
+    let http01 = match config.server.acme.as_ref().and_then(|a| a.http01_listen) {
+        Some(addr) => Some(TcpListener::bind(addr).await.with_context(|| {
+            format!(
+                "binding server.tls.acme.http01_listen {addr} (is another process using the \
+                 port? port 80 needs CAP_NET_BIND_SERVICE)"
+            )
+        })?),
+        None => None,
+    };
     let public_addr = public.local_addr()?;
     let admin_addr = admin.local_addr()?;
     store
@@ -345,11 +362,35 @@ pub async fn start_with(
         .await
         .context("the inbox writer did not start")?;
 
-    let tls = match &config.server.tls {
-        Some(files) => {
-            Some(tls::Acceptor::new(files).map_err(|e| anyhow::anyhow!("server.tls: {e}"))?)
+    // ACME's certificates are served through a resolver that the ACME task fills; files
+    // through an acceptor swapped when they change.
+    let certificates = config
+        .server
+        .acme
+        .as_ref()
+        .map(|_| Arc::new(tls::Certificates::default()));
+    let tls = match (&config.server.tls, &certificates) {
+        (Some(files), _) => {
+            let acceptor =
+                tls::Acceptor::new(files).map_err(|e| anyhow::anyhow!("server.tls: {e}"))?;
+            served_files(&metrics, files);
+            Some(acceptor)
         }
-        None => None,
+        (None, Some(certs)) => Some(tls::Acceptor::with_config(
+            tls::Certificates::server_config(certs.clone()),
+        )),
+        (None, None) => None,
+    };
+    let tls_files = match (&config.server.tls, &tls) {
+        (Some(files), Some(acceptor)) => {
+            let (follow, files) = watch::channel(files.clone());
+            let gauge = metrics.certificate_expiry.clone();
+            tokio::spawn(tls::follow_files(acceptor.clone(), files, move |info| {
+                gauge.set(info.not_after);
+            }));
+            Some(follow)
+        }
+        _ => None,
     };
     let room = |listener| {
         Some(
@@ -412,6 +453,25 @@ pub async fn start_with(
     for gap in &gaps_at_start {
         gap.warn("the source was not receiving: a gap");
     }
+    // The replica's name holds the ACME lease, so that a restart of this replica takes
+    // back a lease it held when it stopped mid-order.
+    let acme_task = match (config.server.acme.clone(), &certificates) {
+        (Some(settings), Some(certs)) => Some(
+            crate::acme::Acme {
+                settings,
+                store: store.clone(),
+                certs: certs.clone(),
+                metrics: metrics.clone(),
+                holder: replica.clone(),
+                spread: match config.store.backend {
+                    config::Backend::Postgres(_) => crate::acme::CHALLENGE_SPREAD,
+                    _ => Duration::ZERO,
+                },
+            }
+            .spawn(),
+        ),
+        _ => None,
+    };
     let (gap_tx, gap_rx) = tokio::sync::mpsc::unbounded_channel();
     if !unconfirmed.is_empty() {
         tasks.push(tokio::spawn(confirm_receiving(
@@ -483,6 +543,7 @@ pub async fn start_with(
         store: store.clone(),
         delivery: delivery_health,
         budget,
+        certificates: certificates.clone(),
         settled_counted: Default::default(),
     });
     let source_count = sources.len();
@@ -491,6 +552,29 @@ pub async fn start_with(
     let (stop, stopped) = oneshot::channel::<()>();
     let (admin_stop, admin_stopped) = oneshot::channel::<()>();
     let (public_stop, public_stopped) = oneshot::channel::<()>();
+    // HTTP-01's listener answers only the ACME server's requests, with the admin
+    // listener's small connection cap.
+    let (http01_stop, http01_stopped) = oneshot::channel::<()>();
+    let http01_task = match (http01, &certificates) {
+        (Some(listener), Some(certs)) => {
+            let handler = Arc::new(crate::acme::http01::Http01(certs.clone()));
+            let limits = Limits {
+                header_timeout: config.server.header_timeout,
+                max_connections: ADMIN_MAX_CONNECTIONS,
+                tls: None,
+                closed_for_room: None,
+            };
+            Some(tokio::spawn(listener::serve(
+                listener,
+                limits,
+                handler,
+                async {
+                    let _ = http01_stopped.await;
+                },
+            )))
+        }
+        _ => None,
+    };
     let done = tokio::spawn(async move {
         let admin_task = tokio::spawn(listener::serve(admin, admin_limits, admin_handler, async {
             let _ = admin_stopped.await;
@@ -519,6 +603,16 @@ pub async fn start_with(
         // again at the next start.
         allow_task.abort();
         let _ = allow_task.await;
+        // An order cut short is taken up again at the next start (its lease is this
+        // replica's); what it obtained is kept before it is served.
+        if let Some(task) = acme_task {
+            task.abort();
+            let _ = task.await;
+        }
+        let _ = http01_stop.send(());
+        if let Some(task) = http01_task {
+            let _ = task.await;
+        }
         // The heartbeat writes the clean stop: no request is taken now. Bounded like the
         // writer's flush: a stalled disk must not hold the shutdown.
         let _ = heartbeat_stop.send(true);
@@ -555,10 +649,21 @@ pub async fn start_with(
         allow,
         sources: sources_tx,
         tls,
+        tls_files,
         restart_only,
         stop,
         done,
     })
+}
+
+/// Sets the expiry gauge from the certificate files now served.
+fn served_files(metrics: &Metrics, files: &config::Tls) {
+    match config::CertInfo::of_pem_file(&files.cert) {
+        Ok(info) => {
+            metrics.certificate_expiry.set(info.not_after);
+        }
+        Err(e) => tracing::warn!(error = %e, "reading the served certificate's expiry"),
+    }
 }
 
 /// Runs until SIGTERM or SIGINT; SIGHUP reloads the configuration from `path`.

@@ -223,27 +223,32 @@ fn learnt_secret(
 /// host nor this address only with `--insecure`.
 fn listener_url(config: &Config) -> anyhow::Result<(String, Vec<String>)> {
     let addr = reachable(config.server.listen);
-    let Some(tls) = &config.server.tls else {
-        return Ok((format!("http://{addr}"), Vec::new()));
-    };
-    let cert = crate::config::certificate::Certificate::of_pem_file(&tls.cert)
-        .map_err(|e| anyhow::anyhow!("server.tls: {e}"))?;
     let port = addr.port();
     let authority = |host: &str| match port {
         443 => host.to_owned(),
         _ => format!("{host}:{port}"),
     };
+    let resolve = |name: &str| {
+        let ip = match addr.ip() {
+            std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+            v4 => v4.to_string(),
+        };
+        format!("--resolve {}", quote(&format!("{name}:{port}:{ip}")))
+    };
+    // ACME's certificate names the first domain, and a CA the system trusts signed it.
+    if let Some(acme) = &config.server.acme {
+        let name = &acme.domains[0];
+        return Ok((format!("https://{}", authority(name)), vec![resolve(name)]));
+    }
+    let Some(tls) = &config.server.tls else {
+        return Ok((format!("http://{addr}"), Vec::new()));
+    };
+    let cert = crate::config::CertInfo::of_pem_file(&tls.cert)
+        .map_err(|e| anyhow::anyhow!("server.tls: {e}"))?;
     let mut options = Vec::new();
     let base = match cert.name_to_reach() {
         Some(name) if name.parse::<std::net::IpAddr>().is_err() => {
-            let ip = match addr.ip() {
-                std::net::IpAddr::V6(v6) => format!("[{v6}]"),
-                v4 => v4.to_string(),
-            };
-            options.push(format!(
-                "--resolve {}",
-                quote(&format!("{name}:{port}:{ip}"))
-            ));
+            options.push(resolve(name));
             format!("https://{}", authority(name))
         }
         Some(ip) if ip.parse::<std::net::IpAddr>().ok() == Some(addr.ip()) => {

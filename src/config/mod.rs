@@ -12,7 +12,6 @@
 //! - `warnings`: what works but an operator should hear about;
 //! - `reference`: every table and key with its default and meaning, for the man page.
 
-pub mod certificate;
 mod raw;
 pub mod reference;
 mod tls;
@@ -33,6 +32,7 @@ use crate::targets::Destination;
 pub use crate::pgconn::PgTls;
 use raw::RawConfig;
 pub use raw::{parse_duration, parse_size};
+pub use tls::CertInfo;
 pub use validate::pg_store_from;
 
 /// Where `--config` points when it is not given: the packaged location, else the current
@@ -122,8 +122,29 @@ pub struct Server {
     pub min_body_rate: u64,
     /// Peers whose `X-Forwarded-For` is believed; empty means nobody's.
     pub trusted_proxies: Vec<crate::proxy::Cidr>,
-    /// HTTPS on the public listener; reloaded on SIGHUP.
+    /// HTTPS on the public listener from certificate files; reloaded on SIGHUP and when
+    /// the files change.
     pub tls: Option<Tls>,
+    /// HTTPS on the public listener with certificates obtained by ACME.
+    pub acme: Option<Acme>,
+}
+
+/// Let's Encrypt's production directory, `[server.tls.acme]`'s default.
+pub const LETS_ENCRYPT: &str = "https://acme-v02.api.letsencrypt.org/directory";
+
+/// Certificates by ACME (RFC 8555) for the public listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acme {
+    /// The names on the one certificate, lowercase, in the order written.
+    pub domains: Vec<String>,
+    /// The account's contact, a `mailto:` URL.
+    pub contact: Option<String>,
+    /// The ACME server's directory URL.
+    pub directory: String,
+    /// PEM certificates trusted for the ACME server instead of the system's store.
+    pub directory_ca: Option<PathBuf>,
+    /// Prove the names with HTTP-01 on this plain HTTP listener instead of TLS-ALPN-01.
+    pub http01_listen: Option<SocketAddr>,
 }
 
 /// PEM files for the public listener's TLS.
@@ -623,6 +644,7 @@ impl Config {
             body_budget: self.server.body_budget,
             min_body_rate: self.server.min_body_rate,
             tls: self.server.tls.is_some(),
+            acme: self.server.acme.clone(),
             admin: self.admin.clone(),
             store: self.store.clone(),
         }
@@ -643,6 +665,8 @@ pub struct RestartOnly {
     pub min_body_rate: u64,
     /// Whether the listener speaks TLS (its files reload; switching it on or off does not).
     pub tls: bool,
+    /// Certificates by ACME: their settings take a restart (the files' TLS reloads).
+    pub acme: Option<Acme>,
     pub admin: AdminSettings,
     pub store: StoreSettings,
 }
@@ -659,6 +683,7 @@ impl RestartOnly {
             body_budget,
             min_body_rate,
             tls,
+            acme,
             admin:
                 AdminSettings {
                     listen: admin_listen,
@@ -692,6 +717,7 @@ impl RestartOnly {
                 *min_body_rate != other.min_body_rate,
             ),
             ("server.tls", *tls != other.tls),
+            ("server.tls.acme", *acme != other.acme),
             ("admin.listen", *admin_listen != other.admin.listen),
             ("admin.actions", *actions != other.admin.actions),
             ("admin.hosts", *hosts != other.admin.hosts),

@@ -54,7 +54,31 @@ pub(super) struct RawServer {
     #[serde(default)]
     pub(super) allow_lists: std::collections::BTreeMap<String, String>,
     #[serde(default)]
-    pub(super) tls: Option<Tls>,
+    pub(super) tls: Option<RawTls>,
+}
+
+/// `[server.tls]`: certificate files, or `[server.tls.acme]`; validation says which.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTls {
+    pub(super) cert: Option<PathBuf>,
+    pub(super) key: Option<PathBuf>,
+    pub(super) acme: Option<RawAcme>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAcme {
+    pub(super) domains: Vec<String>,
+    pub(super) contact: Option<String>,
+    #[serde(default = "default_acme_directory")]
+    pub(super) directory: String,
+    pub(super) directory_ca: Option<PathBuf>,
+    pub(super) http01_listen: Option<SocketAddr>,
+}
+
+fn default_acme_directory() -> String {
+    LETS_ENCRYPT.to_owned()
 }
 
 impl Default for RawServer {

@@ -159,21 +159,85 @@ const FILE: &[Section] = &[
     },
     Section {
         header: "[server.tls]",
-        about: "HTTPS on the public listener (HTTP/1.1, rustls). The files are read at \
-                start-up and again on every reload, so a renewed certificate needs no \
-                restart; switching TLS on or off does.",
+        about: "HTTPS on the public listener (HTTP/1.1, rustls): certificate files (cert and \
+                key), or certificates obtained by ACME ([server.tls.acme]). The files are read \
+                at start-up, again on every reload, and whenever they change on disk (looked \
+                at every few seconds), so a renewed certificate needs no restart; switching \
+                TLS on or off, or between files and ACME, does.",
         keys: &[
             Key {
                 name: "cert",
                 form: "path",
-                if_absent: IfAbsent::Required,
-                meaning: "The PEM certificate chain, leaf first.",
+                if_absent: IfAbsent::Off,
+                meaning: "The PEM certificate chain, leaf first. With key; not with acme.",
             },
             Key {
                 name: "key",
                 form: "path",
+                if_absent: IfAbsent::Off,
+                meaning: "Its private key, PEM (PKCS#8, PKCS#1 or SEC1). With cert.",
+            },
+            Key {
+                name: "acme",
+                form: "table",
+                if_absent: IfAbsent::Off,
+                meaning: "Certificates obtained and renewed by ACME: see [server.tls.acme].",
+            },
+        ],
+    },
+    Section {
+        header: "[server.tls.acme]",
+        about: "Certificates by ACME (RFC 8555), from Let's Encrypt by default. hookinbox \
+                proves each name with the TLS-ALPN-01 challenge on its own listener, so the \
+                names must resolve to it and the ACME server must reach it on port 443 \
+                (server.listen = \"0.0.0.0:443\", or a forward of 443 to it); no port 80 is \
+                needed, unless http01_listen asks for HTTP-01. The account (hookinbox \
+                agrees to the ACME server's terms of service for it) and the certificate \
+                with its private key are kept in the inbox, and so in its backups: a \
+                restart orders nothing, and PostgreSQL replicas share one (one replica \
+                orders at a time, and every replica answers its validations, wherever the \
+                name leads). Until a certificate exists the listener completes no handshake \
+                and /readyz says why. It is renewed at two thirds of its lifetime, without a \
+                restart; a failure is retried after 1 minute, doubling up to 6 hours. A \
+                change here takes a restart.",
+        keys: &[
+            Key {
+                name: "domains",
+                form: "list of DNS names",
                 if_absent: IfAbsent::Required,
-                meaning: "Its private key, PEM (PKCS#8, PKCS#1 or SEC1).",
+                meaning: "The names on the one certificate, like [\"hooks.example.com\"]. No \
+                          wildcards (TLS-ALPN-01 cannot prove them) and no IP addresses.",
+            },
+            Key {
+                name: "contact",
+                form: "mailto: URL",
+                if_absent: IfAbsent::Off,
+                meaning: "The account's contact, like \"mailto:ops@example.com\", for the \
+                          ACME server's notices.",
+            },
+            Key {
+                name: "directory",
+                form: "https URL",
+                if_absent: IfAbsent::Default("\"https://acme-v02.api.letsencrypt.org/directory\""),
+                meaning: "The ACME server's directory. Let's Encrypt's staging server is \
+                          \"https://acme-staging-v02.api.letsencrypt.org/directory\".",
+            },
+            Key {
+                name: "directory_ca",
+                form: "path",
+                if_absent: IfAbsent::Off,
+                meaning: "A PEM file with the CA certificate trusted for the ACME server's \
+                          HTTPS instead of the system's store (a private or test ACME server).",
+            },
+            Key {
+                name: "http01_listen",
+                form: "address",
+                if_absent: IfAbsent::Off,
+                meaning: "Prove the names with HTTP-01 instead: a plain HTTP listener, like \
+                          \"0.0.0.0:80\", that answers only the ACME server's \
+                          /.well-known/acme-challenge/ requests (404 to everything else). For \
+                          a TCP load balancer that cannot pass TLS-ALPN-01's ALPN; the ACME \
+                          server connects to port 80.",
             },
         ],
     },
@@ -696,6 +760,20 @@ mod tests {
         }
     }
 
+    /// The base for keys of `header`: with the `[server.tls]` or `[server.tls.acme]` it
+    /// needs.
+    fn base_for(header: Option<&str>) -> String {
+        match header {
+            Some("[server.tls]") => base(true),
+            Some("[server.tls.acme]") => base(false).replacen(
+                "[server]\n",
+                "[server]\n[server.tls.acme]\ndomains = [\"hooks.example.com\"]\n",
+                1,
+            ),
+            _ => base(false),
+        }
+    }
+
     fn load(text: &str) -> anyhow::Result<super::super::Config> {
         super::super::from_str(text, Path::new("/nonexistent/hookinbox.toml"), None)
     }
@@ -704,11 +782,7 @@ mod tests {
     /// "unknown field `x`, expected one of `a`, `b`" (or "expected `a` or `b`").
     fn accepted_keys(header: Option<&str>) -> BTreeSet<String> {
         let bogus = "not_a_key_anywhere";
-        let text = with_line(
-            &base(header == Some("[server.tls]")),
-            header,
-            &format!("{bogus} = 1"),
-        );
+        let text = with_line(&base_for(header), header, &format!("{bogus} = 1"));
         let error = format!("{:#}", load(&text).unwrap_err());
         let (_, expected) = error
             .split_once(&format!("unknown field `{bogus}`, expected "))
@@ -808,11 +882,9 @@ mod tests {
                 let IfAbsent::Default(value) = key.if_absent else {
                     continue;
                 };
-                let text = with_line(
-                    &base(false),
-                    Some(s.header),
-                    &format!("{} = {value}", key.name),
-                );
+                let base = base_for(Some(s.header));
+                let plain = format!("{:?}", load(&base).unwrap());
+                let text = with_line(&base, Some(s.header), &format!("{} = {value}", key.name));
                 let written = load(&text)
                     .unwrap_or_else(|e| panic!("{} {} = {value}: {e:#}", s.header, key.name));
                 // Compared whole, but not printed whole: the message says what differs.
@@ -849,6 +921,7 @@ mod tests {
         let size = |h, n| parse_size(default(h, n)).unwrap();
         let duration = |h, n| parse_duration(default(h, n)).unwrap();
         assert_eq!(size("[server]", "max_body"), DEFAULT_MAX_BODY);
+        assert_eq!(default("[server.tls.acme]", "directory"), LETS_ENCRYPT);
         assert_eq!(size("[server]", "body_budget"), DEFAULT_BODY_BUDGET);
         assert_eq!(
             duration("[server]", "header_timeout"),

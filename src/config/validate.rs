@@ -124,12 +124,21 @@ pub(super) fn validate(
         .map(|t| crate::proxy::Cidr::parse(t).map_err(|e| format!("server.trusted_proxies: {e}")))
         .collect::<Result<Vec<_>, _>>()?;
     let allow_lists = allow_lists(&s.allow_lists)?;
-    let tls = s.tls.as_ref().map(|t| Tls {
-        cert: paths.base.join(&t.cert),
-        key: paths.base.join(&t.key),
-    });
-    if let Some(t) = &tls {
-        t.server_config().map_err(|e| format!("server.tls: {e}"))?;
+    let (tls, acme) = super::tls::validate(s.tls.as_ref(), paths.base)?;
+    if let Some(http01) = acme.as_ref().and_then(|a| a.http01_listen) {
+        for (key, other) in [("server.listen", public), ("admin.listen", admin)] {
+            if http01.port() != 0
+                && http01.port() == other.port()
+                && (http01.ip() == other.ip()
+                    || http01.ip().is_unspecified()
+                    || other.ip().is_unspecified())
+            {
+                return Err(format!(
+                    "server.tls.acme.http01_listen {http01} and {key} {other} are the same \
+                     port; HTTP-01 needs a listener of its own, usually \"0.0.0.0:80\""
+                ));
+            }
+        }
     }
 
     let mut names = HashSet::new();
@@ -172,6 +181,7 @@ pub(super) fn validate(
             min_body_rate: s.min_body_rate,
             trusted_proxies,
             tls,
+            acme,
         },
         admin: AdminSettings {
             listen: raw.admin.listen,

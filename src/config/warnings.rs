@@ -51,6 +51,18 @@ impl Config {
     /// `serve` logs them at start-up.
     pub fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
+        match self.server.acme.as_ref().map(|a| a.http01_listen) {
+            Some(None) if self.server.listen.port() != 443 => out.push(format!(
+                "server.listen {} is not port 443, where ACME servers connect for the \
+                 TLS-ALPN-01 challenge: forward port 443 to it, or listen on :443",
+                self.server.listen
+            )),
+            Some(Some(http01)) if http01.port() != 80 => out.push(format!(
+                "server.tls.acme.http01_listen {http01} is not port 80, where ACME servers \
+                 connect for the HTTP-01 challenge: forward port 80 to it, or listen on :80"
+            )),
+            _ => {}
+        }
         let postgres = matches!(self.store.backend, super::Backend::Postgres(_));
         for s in &self.sources {
             for (j, origin) in s.secret_origins.iter().enumerate() {
@@ -212,7 +224,7 @@ pub const CERTIFICATE_WARNING_DAYS: i64 = 14;
 /// A certificate that providers will refuse, or soon will.
 fn certificate_warnings(path: &Path, now: i64) -> Vec<String> {
     // An unreadable file is validation's error, not a warning.
-    let Ok(cert) = super::certificate::Certificate::of_pem_file(path) else {
+    let Ok(cert) = super::CertInfo::of_pem_file(path) else {
         return Vec::new();
     };
     let mut out = Vec::new();

@@ -186,6 +186,13 @@ where
                         )
                         .await
                         {
+                            // A TLS-ALPN-01 validation ends with its handshake.
+                            Ok(Ok(tls))
+                                if tls.get_ref().1.alpn_protocol()
+                                    == Some(super::tls::ACME_TLS_ALPN) =>
+                            {
+                                return;
+                            }
                             Ok(Ok(tls)) => Box::new(tls),
                             Ok(Err(e)) => {
                                 tracing::debug!(%peer, error = %e, "TLS handshake failed");

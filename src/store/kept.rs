@@ -34,12 +34,44 @@ pub fn put(db: Db, name: &str, value: &str, now: &str) -> Result<(), DbError> {
     Ok(())
 }
 
+/// Keeps `value` under `name` only if what is kept there is still `expected` (`None`:
+/// nothing is), and says whether it did: a compare-and-set, so that of replicas racing for
+/// the same row one wins. (PostgreSQL re-reads the row a concurrent update changed before
+/// applying the `WHERE`, so the loser's update matches nothing.)
+pub fn replace_if(
+    db: Db,
+    name: &str,
+    expected: Option<&str>,
+    value: &str,
+    now: &str,
+) -> Result<bool, DbError> {
+    let changed = match expected {
+        None => db.execute(
+            "INSERT INTO kept (name, value, updated_at) VALUES (?1, ?2, ?3)
+             ON CONFLICT (name) DO NOTHING",
+            &[&name, &value, &now],
+        )?,
+        Some(old) => db.execute(
+            "UPDATE kept SET value = ?2, updated_at = ?3 WHERE name = ?1 AND value = ?4",
+            &[&name, &value, &now, &old],
+        )?,
+    };
+    Ok(changed == 1)
+}
+
+/// Forgets what is kept under `name`.
+pub fn delete(db: Db, name: &str) -> Result<(), DbError> {
+    db.execute("DELETE FROM kept WHERE name = ?1", &[&name])?;
+    Ok(())
+}
+
 /// Every kept name whose name starts with `prefix`, with its value, in name order.
 pub fn with_prefix(db: Db, prefix: &str) -> Result<Vec<(String, Kept)>, DbError> {
-    // `substr` rather than LIKE: a name may hold `%` or `_`.
+    // `substr` rather than LIKE: a name may hold `%` or `_`. The casts tell PostgreSQL the
+    // parameter's type, which `length`'s overloads leave it unable to infer.
     db.rows(
         "SELECT name, value, updated_at FROM kept
-         WHERE substr(name, 1, length(?1)) = ?1 ORDER BY name",
+         WHERE substr(name, 1, length(CAST(?1 AS TEXT))) = CAST(?1 AS TEXT) ORDER BY name",
         &[&prefix],
         |r| {
             Ok((
@@ -87,5 +119,23 @@ mod tests {
             .map(|(n, _)| n)
             .collect();
         assert_eq!(names, ["allow:git_hub"]);
+    }
+
+    #[test]
+    fn replace_if_wins_only_against_the_value_it_expected() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = crate::store::sqlite::schema::open_writer(
+            &dir.path().join("inbox.db"),
+            Synchronous::Full,
+            true,
+        )
+        .unwrap();
+        let db = Db::Sqlite(&conn);
+        let t = "2026-12-07T07:00:00.000Z";
+        assert!(replace_if(db, "acme:lease", None, "a 1", t).unwrap());
+        assert!(!replace_if(db, "acme:lease", None, "b 1", t).unwrap());
+        assert!(!replace_if(db, "acme:lease", Some("b 1"), "b 2", t).unwrap());
+        assert!(replace_if(db, "acme:lease", Some("a 1"), "b 2", t).unwrap());
+        assert_eq!(get(db, "acme:lease").unwrap().unwrap().value, "b 2");
     }
 }

@@ -75,9 +75,16 @@
 //!   unpinning a running source, an IPv4 client on a dual-stack listener, and `check` saying
 //!   what each entry means.
 //! - `house`: the code's shape: no files of `src/` import each other round a circle.
+//! - `acme`: certificates by ACME against a real ACME server (pebble): none served and
+//!   /readyz saying why until one is issued, then a signed webhook over HTTPS to it, kept
+//!   across a restart without a new order, renewed at two thirds of its lifetime without
+//!   a restart; PostgreSQL replicas ordering once and answering each other's validations;
+//!   HTTP-01 on a second listener;
+//!   certificate files served again when they change on disk.
 //! - `fuzz_corpora`: every committed fuzz corpus file replayed through the fuzz harness
 //!   (signature parsers in process, raw HTTP bytes through the real service).
 
+mod acme;
 mod activation;
 mod alerts;
 mod allow;
