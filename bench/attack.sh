@@ -5,6 +5,7 @@
 #   bench/attack.sh               # every attack below
 #   ATTACK_SECONDS=20 bench/attack.sh
 #   ATTACK_SERVE=/path/to/an/older/hookinbox bench/attack.sh   # the same attacks on another build
+#   ATTACKS="trickle rounds" bench/attack.sh                    # only these (names below)
 #
 # bodies  1000 unauthenticated connections each send all but the last byte of a 1 MiB
 #         body (max_body = 1MiB), with the default body_budget (64 MiB) and, for
@@ -89,9 +90,14 @@ rounds() { # ten body floods on one serve; VmRSS after each
     stop
 }
 
-run "bodies x1000, body_budget 64MiB" 64MiB bodies 1000
-run "bodies x1000, body_budget 4GiB (off)" 4GiB bodies 1000
-run "slow heads x2048, max_connections 1024" 64MiB slow 2048
-run "body tricklers x2048, max_connections 1024" 64MiB trickle 2048
-run "body tricklers x128, max_connections 64" 64MiB trickle 128 64
-rounds
+want() { [ -z "${ATTACKS:-}" ] || [[ " $ATTACKS " == *" $1 "* ]]; }
+if want bodies; then
+    run "bodies x1000, body_budget 64MiB" 64MiB bodies 1000
+    run "bodies x1000, body_budget 4GiB (off)" 4GiB bodies 1000
+fi
+if want slow; then run "slow heads x2048, max_connections 1024" 64MiB slow 2048; fi
+if want trickle; then
+    run "body tricklers x2048, max_connections 1024" 64MiB trickle 2048
+    run "body tricklers x128, max_connections 64" 64MiB trickle 128 64
+fi
+if want rounds; then rounds; fi
