@@ -124,10 +124,15 @@ impl Handler for Admin {
 impl Admin {
     async fn answer(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Full<Bytes>> {
         // Every path, not only the web inbox's: /metrics names the sources and targets.
-        if self.web.allowed_host(&req).is_none() {
+        // A request with no Host at all (an HTTP/1.0 health check) is not from a browser,
+        // which always sends one, so DNS rebinding cannot make it: metrics and health
+        // answer it; the web inbox, whose actions compare Origin with Host, does not.
+        let own = matches!(req.uri().path(), "/metrics" | "/healthz" | "/readyz");
+        let no_host =
+            req.headers().get(hyper::header::HOST).is_none() && req.uri().authority().is_none();
+        if !(own && no_host) && self.web.allowed_host(&req).is_none() {
             return crate::web::misdirected();
         }
-        let own = matches!(req.uri().path(), "/metrics" | "/healthz" | "/readyz");
         if !own {
             return self.web.handle(req, peer).await;
         }

@@ -253,22 +253,25 @@ impl Acme {
             prefix: &rows.challenge,
             spread: self.spread,
         };
-        let obtained = order::obtain(&self.settings, account, &answering).await?;
-        if let Some(credentials) = obtained.new_account {
+        let (account, created) = order::account(&self.settings, account).await?;
+        if let Some(credentials) = created {
             let (name, value) = (rows.account.clone(), serde_json::to_string(&credentials)?);
             self.store
                 .change(move |db, now| store::kept::put(db, &name, &value, now))
                 .await?;
         }
+        let obtained = order::obtain(&self.settings, &account, &answering).await?;
         let kept = Kept {
             chain: obtained.chain_pem,
             key: obtained.key_pem,
         };
-        let renew_at = self.install(&kept).map_err(anyhow::Error::msg)?;
+        // Kept before it is served: a certificate served but not kept would be ordered
+        // again at the next start.
         let (name, value) = (rows.certificate.clone(), serde_json::to_string(&kept)?);
         self.store
             .change(move |db, now| store::kept::put(db, &name, &value, now))
             .await?;
+        let renew_at = self.install(&kept).map_err(anyhow::Error::msg)?;
         let leaf = kept.leaf().map_err(anyhow::Error::msg)?;
         tracing::info!(
             names = %leaf.names.join(","),

@@ -25,12 +25,10 @@ const VALIDATION_WAIT: Duration = Duration::from_secs(60);
 /// Before a token in the names of kept HTTP-01 challenges (a DNS name has no colon).
 pub const HTTP01: &str = "http-01:";
 
-/// What an order leaves: the chain and its key (PEM), and the account's credentials if it
-/// created the account.
+/// What an order leaves: the chain and its key (PEM).
 pub struct Obtained {
     pub chain_pem: String,
     pub key_pem: String,
-    pub new_account: Option<AccountCredentials>,
 }
 
 fn builder(settings: &config::Acme) -> anyhow::Result<instant_acme::AccountBuilder> {
@@ -52,15 +50,14 @@ pub struct Answering<'a> {
     pub spread: Duration,
 }
 
-/// Orders a certificate for `settings.domains`, answering the validations as `answering`
-/// says.
-pub async fn obtain(
+/// The account the kept credentials name, or a new one with its credentials, which the
+/// caller keeps before it orders anything: an order that fails must not leave the next try
+/// to create yet another account (Let's Encrypt allows ten an address in three hours).
+pub async fn account(
     settings: &config::Acme,
     account: Option<AccountCredentials>,
-    answering: &Answering<'_>,
-) -> anyhow::Result<Obtained> {
-    let certs = answering.certs;
-    let (account, new_account) = match account {
+) -> anyhow::Result<(Account, Option<AccountCredentials>)> {
+    Ok(match account {
         Some(credentials) => (
             builder(settings)?.from_credentials(credentials).await?,
             None,
@@ -81,7 +78,17 @@ pub async fn obtain(
             tracing::info!(directory = %settings.directory, "ACME account created");
             (account, Some(credentials))
         }
-    };
+    })
+}
+
+/// Orders a certificate for `settings.domains` under `account`, answering the validations
+/// as `answering` says.
+pub async fn obtain(
+    settings: &config::Acme,
+    account: &Account,
+    answering: &Answering<'_>,
+) -> anyhow::Result<Obtained> {
+    let certs = answering.certs;
     let identifiers: Vec<Identifier> = settings
         .domains
         .iter()
@@ -124,11 +131,12 @@ pub async fn obtain(
                 (domain, hex::encode(digest))
             };
             let name = format!("{}{domain}", answering.prefix);
+            // Withdrawn at the end even if keeping it for the other replicas fails.
+            answered.push(domain);
             answering
                 .store
                 .change(move |db, now| store::kept::put(db, &name, &value, now))
                 .await?;
-            answered.push(domain);
             ready.push(challenge.url.clone());
         }
         if !ready.is_empty() {
@@ -174,11 +182,7 @@ pub async fn obtain(
         }
     }
     let (chain_pem, key_pem) = result?;
-    Ok(Obtained {
-        chain_pem,
-        key_pem,
-        new_account,
-    })
+    Ok(Obtained { chain_pem, key_pem })
 }
 
 /// The self-signed certificate a TLS-ALPN-01 validation of `domain` expects: its name, and

@@ -90,6 +90,10 @@ impl Live {
 /// timeout.
 pub const BODY_BUDGET_WAIT: Duration = Duration::from_secs(1);
 
+/// Body frames shorter than this are copied together as they arrive (see `read_body`), so
+/// that a body holds at most one entry per this many bytes.
+const SMALL_FRAME: usize = 4096;
+
 /// How long a body may take before `server.min_body_rate` applies: a provider's body is in
 /// the first packets, but a new connection's first round trips may be slow.
 pub const MIN_RATE_GRACE: Duration = Duration::from_secs(1);
@@ -228,7 +232,11 @@ impl Receiver {
         mut body: Incoming,
     ) -> Result<(Bytes, Option<tokio::sync::OwnedSemaphorePermit>), Outcome> {
         let max = usize::try_from(self.max_body).unwrap_or(usize::MAX);
+        // Frames as hyper hands them over, except that small ones are copied together:
+        // a body sent as a million one-byte chunks would otherwise hold a million entries
+        // (and the read buffers they point into) for a million bytes of budget.
         let mut chunks: Vec<Bytes> = Vec::new();
+        let mut small = bytes::BytesMut::new();
         let mut received = 0usize;
         let mut room: Option<tokio::sync::OwnedSemaphorePermit> = None;
         let started = tokio::time::Instant::now();
@@ -260,7 +268,20 @@ impl Receiver {
                 None => room = Some(more),
             }
             received += data.len();
-            chunks.push(data);
+            if data.len() >= SMALL_FRAME {
+                if !small.is_empty() {
+                    chunks.push(small.split().freeze());
+                }
+                chunks.push(data);
+            } else {
+                small.extend_from_slice(&data);
+                if small.len() >= SMALL_FRAME {
+                    chunks.push(small.split().freeze());
+                }
+            }
+        }
+        if !small.is_empty() {
+            chunks.push(small.freeze());
         }
         let body = match chunks.len() {
             0 => Bytes::new(),
@@ -589,7 +610,9 @@ impl listener::Handler for Receiver {
             | Outcome::BodyTimeout
             | Outcome::TooSlow
             | Outcome::BadBody
-            | Outcome::Overloaded => Some(outcome.label()),
+            | Outcome::Overloaded
+            | Outcome::Forbidden
+            | Outcome::NoAllowList(_) => Some(outcome.label()),
             _ => None,
         };
         if let Some(reason) = reason

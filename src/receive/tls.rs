@@ -165,9 +165,12 @@ impl Certificates {
 
 impl ResolvesServerCert for Certificates {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        let validation = hello
-            .alpn()
-            .is_some_and(|mut protocols| protocols.any(|p| p == ACME_TLS_ALPN));
+        // Only `acme-tls/1` (RFC 8737): a client that also offers http/1.1 would be served
+        // HTTP under the challenge certificate.
+        let validation = hello.alpn().is_some_and(|protocols| {
+            let mut protocols = protocols.peekable();
+            protocols.peek().is_some() && protocols.all(|p| p == ACME_TLS_ALPN)
+        });
         if validation {
             let name = hello.server_name()?.to_ascii_lowercase();
             let challenges = self

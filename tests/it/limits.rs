@@ -83,6 +83,45 @@ async fn a_chunked_body_past_the_limit_is_413() {
     server.stop().await;
 }
 
+/// A body in chunks of every size, tiny ones among them (which are copied together as they
+/// arrive, so that a million one-byte chunks cannot hold a million buffers), is stored byte
+/// for byte.
+#[tokio::test]
+async fn a_body_in_tiny_and_large_chunks_is_stored_exactly() {
+    let server = TestServer::start(SOURCES).await;
+    let body = event_body("msg_tiny_chunks", &"z".repeat(9000));
+    let mut s = TcpStream::connect(server.public_addr()).await.unwrap();
+    let h = head(
+        &server,
+        "msg_tiny_chunks",
+        &body,
+        "Transfer-Encoding: chunked",
+    );
+    s.write_all(h.as_bytes()).await.unwrap();
+    let chunk =
+        |bytes: &[u8]| [format!("{:x}\r\n", bytes.len()).as_bytes(), bytes, b"\r\n"].concat();
+    // 300 one-byte chunks, one of 5,000 bytes, then the rest three bytes at a time.
+    let (tiny, rest) = body.split_at(300);
+    let (large, rest) = rest.split_at(5000);
+    for b in tiny.chunks(1) {
+        s.write_all(&chunk(b)).await.unwrap();
+    }
+    s.write_all(&chunk(large)).await.unwrap();
+    for b in rest.chunks(3) {
+        s.write_all(&chunk(b)).await.unwrap();
+    }
+    s.write_all(b"0\r\n\r\n").await.unwrap();
+    let mut answer = vec![0u8; 1024];
+    let n = s.read(&mut answer).await.unwrap();
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert_eq!(
+        server.stored_body("sw", "msg_tiny_chunks").as_deref(),
+        Some(&body[..])
+    );
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn a_body_that_stalls_gets_408_or_a_close() {
     let server = TestServer::start(SOURCES).await;
