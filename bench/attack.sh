@@ -18,7 +18,11 @@
 #         when closed: what the probes got, and how many trickling connections the
 #         server closed.
 # rounds  ten rounds of the bodies attack (ROUND_SECONDS each, 3 by default) on one serve:
-#         its resident memory (VmRSS) 2 s after each round.
+#         its resident memory (VmRSS) once each round's connections are gone (the budget
+#         reads 0 on /metrics and serve holds no more sockets than before), and a second
+#         more for the allocator to give pages back. An attacker that exits with its bytes
+#         unread leaves some of the server's sockets open for seconds (its resets fall
+#         outside a full receive window), holding the budget's 64 MiB meanwhile.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,8 +42,7 @@ wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/n
 peak_mib() { awk '/VmHWM/ {printf "%.0f", $2 / 1024}' "/proc/$1/status"; }
 rss_mib() { awk '/VmRSS/ {printf "%.0f", $2 / 1024}' "/proc/$1/status"; }
 
-start() { # $1 = body_budget, $2 = max_connections; sets pid and pub
-    local admin
+start() { # $1 = body_budget, $2 = max_connections; sets pid, pub and admin
     pub=$(free_port); admin=$(free_port)
     rm -f "$work"/inbox.db*
     cat >"$work/hookinbox.toml" <<TOML
@@ -78,15 +81,25 @@ run() { # $1 = label, $2 = body_budget, $3 = kind, $4 = connections, $5 = max_co
     stop
 }
 
-rounds() { # ten body floods on one serve; VmRSS after each
+fds() { find "/proc/$1/fd" -mindepth 1 | wc -l; }
+budget_held() { curl -s "http://127.0.0.1:$admin/metrics" | awk '/^hookinbox_body_bytes_in_memory / {print $2}'; }
+
+rounds() { # ten body floods on one serve; VmRSS after each, once its connections are gone
     start 64MiB 1024
-    local after=() i
+    local after=() waited=() i t idle_fds
+    idle_fds=$(fds "$pid")
     for i in $(seq 10); do
         attack bodies 1000 "${ROUND_SECONDS:-3}s" >/dev/null
-        sleep 2
+        for t in $(seq 120); do
+            [ "$(budget_held)" = 0 ] && [ "$(fds "$pid")" -le "$idle_fds" ] && break
+            sleep 0.25
+        done
+        waited+=("$(awk "BEGIN {print $t / 4}")")
+        sleep 1
         after+=("$(rss_mib "$pid")")
     done
-    printf '%-42s VmRSS after each round (MiB): %s; peak %s MiB\n' "bodies x1000, ten rounds" "${after[*]}" "$(peak_mib "$pid")"
+    printf '%-42s VmRSS after each round (MiB): %s; peak %s MiB; connections gone after (s): %s\n' \
+        "bodies x1000, ten rounds" "${after[*]}" "$(peak_mib "$pid")" "${waited[*]}"
     stop
 }
 

@@ -7,6 +7,11 @@ use clap::Parser;
 use hookinbox::cli::LogFormat;
 use tracing_subscriber::EnvFilter;
 
+/// jemalloc, because it gives memory back: glibc's allocator kept every page a body flood
+/// had touched (Cargo.toml says more).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     let cli = hookinbox::cli::Cli::parse();
     init_logging(cli.log_format);

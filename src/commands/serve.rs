@@ -283,6 +283,39 @@ impl Running {
     }
 }
 
+/// How many connections the kernel queues for `accept` (capped by `net.core.somaxconn`,
+/// 4096 on current kernels); the same as `Backlog=` in hookinbox.socket. Past it, the
+/// kernel drops a new peer's SYN and the peer sends it again only after a second. tokio's
+/// `bind` asks for 1,024: with 2,048 clients trickling bodies and reconnecting when closed
+/// for room, the queue overflowed twelve thousand times in ten seconds and a provider's
+/// signed request waited 1.0-1.2 s (BENCHMARKS.md, "Bounded resources").
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// A listener on `addr` with [`LISTEN_BACKLOG`]; `key` and `why` name it and the likely
+/// fix in the error.
+fn bind(key: &str, addr: SocketAddr, why: &str) -> anyhow::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()
+    } else {
+        tokio::net::TcpSocket::new_v6()
+    };
+    let listener = socket.and_then(|s| {
+        // As std's bind does: a restart may bind while the last process's connections
+        // linger in TIME_WAIT.
+        s.set_reuseaddr(true)?;
+        s.bind(addr)?;
+        s.listen(LISTEN_BACKLOG)
+    });
+    listener.map_err(|e| {
+        let why = if e.kind() == std::io::ErrorKind::PermissionDenied {
+            why
+        } else {
+            "is another process using the port?"
+        };
+        anyhow::Error::new(e).context(format!("binding {key} {addr} ({why})"))
+    })
+}
+
 /// The listener for `key`: the socket systemd passed for it, or `addr` bound now.
 async fn listen(
     key: &str,
@@ -290,16 +323,13 @@ async fn listen(
     passed: Option<activation::Passed>,
 ) -> anyhow::Result<TcpListener> {
     let Some(passed) = passed else {
-        return TcpListener::bind(addr).await.map_err(|e| {
-            let why = if e.kind() == std::io::ErrorKind::PermissionDenied {
-                // The packaged unit has no capabilities.
-                "ports below 1024 need privilege: enable hookinbox.socket, which binds \
-                 the port and passes it to the service"
-            } else {
-                "is another process using the port?"
-            };
-            anyhow::Error::new(e).context(format!("binding {key} {addr} ({why})"))
-        });
+        // The packaged unit has no capabilities.
+        return bind(
+            key,
+            addr,
+            "ports below 1024 need privilege: enable hookinbox.socket, which binds \
+             the port and passes it to the service",
+        );
     };
     tracing::info!(address = %passed.addr, fd_name = %passed.name,
         "{key}: listening on the socket systemd passed (socket activation), not on {addr}");
@@ -347,12 +377,12 @@ pub async fn start_with(
     let public = listen("server.listen", config.server.listen, inherited.public).await?;
     let admin = listen("admin.listen", config.admin.listen, inherited.admin).await?;
     let http01 = match config.server.acme.as_ref().and_then(|a| a.http01_listen) {
-        Some(addr) => Some(TcpListener::bind(addr).await.with_context(|| {
-            format!(
-                "binding server.tls.acme.http01_listen {addr} (is another process using the \
-                 port? port 80 needs CAP_NET_BIND_SERVICE)"
-            )
-        })?),
+        Some(addr) => Some(bind(
+            "server.tls.acme.http01_listen",
+            addr,
+            "port 80 needs privilege: CAP_NET_BIND_SERVICE, or a port above 1024 that \
+             the load balancer forwards 80 to",
+        )?),
         None => None,
     };
     let public_addr = public.local_addr()?;
@@ -454,7 +484,13 @@ pub async fn start_with(
         gap.warn("the source was not receiving: a gap");
     }
     // The replica's name holds the ACME lease, so that a restart of this replica takes
-    // back a lease it held when it stopped mid-order.
+    // back a lease it held when it stopped mid-order. With the machine's id: VMs cloned
+    // from one image may share a hostname and listen address, and two holders of one name
+    // would both order.
+    let holder = match std::fs::read_to_string("/etc/machine-id") {
+        Ok(id) if !id.trim().is_empty() => format!("{replica}#{}", id.trim()),
+        _ => replica.clone(),
+    };
     let acme_task = match (config.server.acme.clone(), &certificates) {
         (Some(settings), Some(certs)) => Some(
             crate::acme::Acme {
@@ -462,7 +498,7 @@ pub async fn start_with(
                 store: store.clone(),
                 certs: certs.clone(),
                 metrics: metrics.clone(),
-                holder: replica.clone(),
+                holder,
                 spread: match config.store.backend {
                     config::Backend::Postgres(_) => crate::acme::CHALLENGE_SPREAD,
                     _ => Duration::ZERO,

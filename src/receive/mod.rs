@@ -225,8 +225,8 @@ impl Receiver {
     /// buffer of the body's real length. Nothing is sized by the declared length: a buffer
     /// reserved for it up front cost every head its declared size in address space, and
     /// ten floods of 1,000 unauthenticated 1 MiB bodies left the process at 572 MiB
-    /// resident, growing with each; kept as they arrive, it stays at 132 MiB
-    /// (BENCHMARKS.md, "Bounded resources").
+    /// resident, growing with each; kept as they arrive (and with an allocator that gives
+    /// freed pages back), it returns to about 22 MiB (BENCHMARKS.md, "Bounded resources").
     async fn read_body(
         &self,
         mut body: Incoming,
@@ -391,10 +391,14 @@ impl Receiver {
         &self,
         source: &SourceState,
         client: IpAddr,
+        unnamed: bool,
         req: Request<Incoming>,
     ) -> (Outcome, Option<String>) {
         // Before anything of the request is read past its head.
         if let Some(allow_from) = &source.config.allow_from {
+            if unnamed {
+                return (Outcome::Forbidden, None);
+            }
             match self.allow.check(allow_from, client) {
                 allow::Allowed::Yes => {}
                 allow::Allowed::No => return (Outcome::Forbidden, None),
@@ -577,7 +581,10 @@ impl listener::Handler for Receiver {
             return Outcome::MethodNotAllowed(methods).response();
         }
         let client = proxy::client(peer.ip(), req.headers(), &live.trusted_proxies);
-        let (outcome, event_id) = self.receive(source, client, req).await;
+        // A trusted proxy that named no client (no `X-Forwarded-For`, or only proxies in
+        // it): the sender is unknown, and `allow_from` must not take it for the proxy.
+        let unnamed = live.trusted_proxies.iter().any(|p| p.contains(client));
+        let (outcome, event_id) = self.receive(source, client, unnamed, req).await;
         let status = outcome.status();
         self.metrics.request(&source.name, outcome.label());
         // What a provider would see as "not received" opens a run; anything the inbox took

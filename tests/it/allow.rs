@@ -122,18 +122,19 @@ async fn an_allowed_address_is_stored_and_any_other_refused_403_before_its_body_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn behind_a_trusted_proxy_the_client_it_names_decides_and_a_forged_header_does_not() {
-    let sources = source("pinned", r#"["198.51.100.0/24"]"#);
+    let sources =
+        source("pinned", r#"["198.51.100.0/24"]"#) + &source("loopback", r#"["127.0.0.0/8"]"#);
     let trusting = SERVER.replace("max_body", "trusted_proxies = [\"127.0.0.1\"]\nmax_body");
     let server = TestServer::start_with(&trusting, &sources).await;
-    let signed = |id: &str, xff: &str| {
-        let mut req = server.sign("pinned", id, &event_body(id, ""));
+    let signed = |source: &str, id: &str, xff: &str| {
+        let mut req = server.sign(source, id, &event_body(id, ""));
         req.set("x-forwarded-for", xff);
         req
     };
     // The proxy (127.0.0.1, trusted) appended the client it saw.
-    let from_allowed = signed("evt_proxied", "203.0.113.50, 198.51.100.7");
+    let from_allowed = signed("pinned", "evt_proxied", "203.0.113.50, 198.51.100.7");
     assert_eq!(server.post("pinned", &from_allowed).await.0, 200);
-    let from_elsewhere = signed("evt_elsewhere", "198.51.100.7, 203.0.113.50");
+    let from_elsewhere = signed("pinned", "evt_elsewhere", "198.51.100.7, 203.0.113.50");
     assert_eq!(server.post("pinned", &from_elsewhere).await.0, 403);
     assert_eq!(
         server
@@ -141,6 +142,15 @@ async fn behind_a_trusted_proxy_the_client_it_names_decides_and_a_forged_header_
             .strings("SELECT event_id || ' ' || remote_addr FROM events"),
         ["evt_proxied 198.51.100.7"]
     );
+    // A source whose ranges cover the proxy itself: the client the proxy names decides,
+    // and a request it names none for is nobody's, not the proxy's.
+    let named = signed("loopback", "evt_named", "127.0.0.2");
+    assert_eq!(server.post("loopback", &named).await.0, 200);
+    let unnamed = server.sign("loopback", "evt_unnamed", &event_body("evt_unnamed", ""));
+    assert_eq!(server.post("loopback", &unnamed).await.0, 403);
+    let only_proxies = signed("loopback", "evt_only_proxies", "127.0.0.1");
+    assert_eq!(server.post("loopback", &only_proxies).await.0, 403);
+    assert_eq!(events(&server, "loopback"), 1);
     server.stop().await;
 
     // Without trusted proxies the header is anyone's to write: the peer decides.
