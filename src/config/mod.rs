@@ -875,7 +875,7 @@ url = "http://127.0.0.1:3000/hooks"
             (
                 r#"["gihtub"]"#,
                 "",
-                "publishes its webhook addresses (github, stripe)",
+                "publishes its webhook addresses (github, stripe, zendesk)",
             ),
             (r#"["slack"]"#, "", "allow_from[0]"),
             ("[]", "", "allow_from is empty"),

@@ -469,7 +469,8 @@ const FILE: &[Section] = &[
                 meaning: "Take requests only from these clients (the peer, or what a \
                           trusted proxy says): \"192.30.252.0/22\", \"2a0a:a440::/29\", \
                           \"203.0.113.7\", or a provider that publishes the addresses its \
-                          webhooks come from: github (its meta API's hooks), stripe. Any \
+                          webhooks come from: github (its meta API's hooks), stripe, zendesk \
+                          (its public IPs API's egress addresses). Any \
                           other client is answered 403 before its body is read. A provider's \
                           list is fetched at start-up and daily, and kept in the inbox: a \
                           failed fetch, or a restart, goes on with the last good one; while \

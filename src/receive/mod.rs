@@ -576,15 +576,17 @@ impl listener::Handler for Receiver {
         else {
             return Outcome::NotFound.response();
         };
-        let methods = source.config.scheme.verifier().methods();
-        if !methods.contains(req.method()) {
-            return Outcome::MethodNotAllowed(methods).response();
-        }
         let client = proxy::client(peer.ip(), req.headers(), &live.trusted_proxies);
-        // A trusted proxy that named no client (no `X-Forwarded-For`, or only proxies in
-        // it): the sender is unknown, and `allow_from` must not take it for the proxy.
-        let unnamed = live.trusted_proxies.iter().any(|p| p.contains(client));
-        let (outcome, event_id) = self.receive(source, client, unnamed, req).await;
+        let methods = source.config.scheme.verifier().methods();
+        let method = req.method().clone();
+        let (outcome, event_id) = if methods.contains(&method) {
+            // A trusted proxy that named no client (no `X-Forwarded-For`, or only proxies
+            // in it): the sender is unknown, and `allow_from` must not take it for the proxy.
+            let unnamed = live.trusted_proxies.iter().any(|p| p.contains(client));
+            self.receive(source, client, unnamed, req).await
+        } else {
+            (Outcome::MethodNotAllowed(methods), None)
+        };
         let status = outcome.status();
         self.metrics.request(&source.name, outcome.label());
         // What a provider would see as "not received" opens a run; anything the inbox took
@@ -619,7 +621,8 @@ impl listener::Handler for Receiver {
             | Outcome::BadBody
             | Outcome::Overloaded
             | Outcome::Forbidden
-            | Outcome::NoAllowList(_) => Some(outcome.label()),
+            | Outcome::NoAllowList(_)
+            | Outcome::MethodNotAllowed(_) => Some(outcome.label()),
             _ => None,
         };
         if let Some(reason) = reason
@@ -642,6 +645,9 @@ impl listener::Handler for Receiver {
                 source = %source.name, %client, provider, outcome = "unavailable", status = status.as_u16(),
                 duration_ms, "no list of the provider's webhook addresses has been fetched yet; \
                 answered 503 so the provider retries"),
+            Outcome::MethodNotAllowed(methods) => tracing::info!(
+                source = %source.name, %client, %method, outcome = outcome.label(), status = status.as_u16(),
+                allowed = ?methods, duration_ms, "request refused: the source's scheme takes no such method"),
             Outcome::Unavailable(e) => tracing::warn!(
                 source = %source.name, event_id, %client, outcome = "unavailable", status = status.as_u16(),
                 error = %e, duration_ms, "not stored; answered 503 so the provider retries"),

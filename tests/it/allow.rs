@@ -308,7 +308,9 @@ allow_from = ["192.30.252.0/22", "::ffff:10.0.0.0/104", "github"]
     assert_eq!(code, 3, "{err}");
     assert!(
         err.contains("allow_from[2]: \"gihtub\" is not an address or range")
-            && err.contains("nor a provider that publishes its webhook addresses (github, stripe)"),
+            && err.contains(
+                "nor a provider that publishes its webhook addresses (github, stripe, zendesk)"
+            ),
         "{err}"
     );
 }

@@ -370,6 +370,12 @@ async fn routing_answers_404_and_405_and_stores_nothing() {
         .unwrap();
     assert_eq!(r.status().as_u16(), 404);
     assert_eq!(server.count("SELECT count(*) FROM events"), 0);
+    // The wrong method is counted under its source, as every refusal is.
+    let metrics = server.metrics().await;
+    assert!(
+        metrics.contains(r#"hookinbox_requests_total{source="sw",outcome="method_not_allowed"} 1"#),
+        "{metrics}"
+    );
     server.stop().await;
 }
 

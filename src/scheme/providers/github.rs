@@ -32,7 +32,7 @@ pub const PROVIDER: super::Provider = super::Provider {
     addresses: Some(super::Addresses {
         url: "https://api.github.com/meta",
         what: "the `hooks` ranges of GitHub's meta API",
-        parse: |body| super::ranges_at(body, "hooks"),
+        parse: |body| super::ranges_at(body, &["hooks"]),
     }),
     ..super::Provider::new("github", build)
 };

@@ -117,12 +117,18 @@ pub struct Addresses {
     pub parse: fn(&[u8]) -> Result<Vec<Cidr>, String>,
 }
 
-/// The ranges in `body`, a JSON object whose `field` is an array of addresses or ranges as
-/// text: the shape GitHub's and Stripe's lists share.
-pub fn ranges_at(body: &[u8], field: &str) -> Result<Vec<Cidr>, String> {
+/// The ranges in `body`, a JSON object whose member at `path` (`["egress", "all"]`: the
+/// member `all` of the member `egress`) is an array of addresses or ranges as text: the
+/// shape GitHub's, Stripe's and Zendesk's lists share.
+pub fn ranges_at(body: &[u8], path: &[&str]) -> Result<Vec<Cidr>, String> {
     let value: serde_json::Value =
         serde_json::from_slice(body).map_err(|e| format!("not JSON: {e}"))?;
-    let Some(items) = value.get(field).and_then(|v| v.as_array()) else {
+    let field = path.join(".");
+    let Some(items) = path
+        .iter()
+        .try_fold(&value, |v, name| v.get(name))
+        .and_then(|v| v.as_array())
+    else {
         return Err(format!("no array {field:?} in it"));
     };
     items
@@ -235,6 +241,21 @@ mod tests {
         let stripe = find("stripe").and_then(|p| p.addresses.as_ref()).unwrap();
         let ips = br#"{"WEBHOOKS":["3.18.12.63","3.130.192.231"]}"#;
         assert_eq!((stripe.parse)(ips).unwrap().len(), 2);
+        let zendesk = find("zendesk").and_then(|p| p.addresses.as_ref()).unwrap();
+        // The shape of GET https://<subdomain>.zendesk.com/ips: where Zendesk connects
+        // from (egress), and where its customers connect to (ingress), which must not count.
+        let ips = br#"{"egress":{"all":["102.16.12.41/32","102.16.90.41/32"],
+            "specific":["102.16.12.41/32"]},
+            "ingress":{"all":["102.16.41.41/32"],"specific":["104.16.41.41/32"]}}"#;
+        let ranges = (zendesk.parse)(ips).unwrap();
+        assert_eq!(ranges.len(), 2);
+        assert!(
+            !ranges
+                .iter()
+                .any(|r| r.contains("102.16.41.41".parse().unwrap()))
+        );
+        let e = (zendesk.parse)(br#"{"egress":{"specific":[]}}"#).unwrap_err();
+        assert!(e.contains("no array \"egress.all\""), "{e}");
         for (bad, why) in [
             (&b"<html>"[..], "not JSON"),
             (br#"{"web":[]}"#, "no array \"hooks\""),
@@ -246,7 +267,7 @@ mod tests {
         }
         assert_eq!(
             names_with(|p| p.addresses.is_some()),
-            ["github", "stripe"],
+            ["github", "stripe", "zendesk"],
             "README and the reference name the providers with lists"
         );
     }

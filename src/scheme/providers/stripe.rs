@@ -26,7 +26,7 @@ pub const PROVIDER: super::Provider = super::Provider {
     addresses: Some(super::Addresses {
         url: "https://stripe.com/files/ips/ips_webhooks.json",
         what: "Stripe's published webhook addresses",
-        parse: |body| super::ranges_at(body, "WEBHOOKS"),
+        parse: |body| super::ranges_at(body, &["WEBHOOKS"]),
     }),
     ..super::Provider::new("stripe", build)
 };
