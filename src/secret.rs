@@ -90,6 +90,13 @@ pub fn resolve(
     }
 }
 
+/// Whether others than the owner and group may read `path`: a secret file (or a key)
+/// should be readable by root and the service's group only.
+pub fn world_readable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o004 != 0)
+}
+
 /// Reads a secret file, dropping one trailing newline (editors and `echo` add it).
 fn read_secret_file(path: &Path) -> Result<Secret, String> {
     let mut bytes = std::fs::read(path)

@@ -40,12 +40,6 @@ fn public_key(scheme: &scheme::Scheme, path: &Path) -> bool {
         .is_some_and(|keys| keys.is_public_key(|| std::fs::read(path).ok()))
 }
 
-/// Whether others than the owner and group may read `path`.
-fn world_readable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o004 != 0)
-}
-
 impl Config {
     /// Things that work but that an operator should know about. `check` prints them;
     /// `serve` logs them at start-up.
@@ -73,7 +67,7 @@ impl Config {
                         s.name, s.name
                     )),
                     Provenance::File(path)
-                        if world_readable(path) && !public_key(&s.scheme, path) =>
+                        if crate::secret::world_readable(path) && !public_key(&s.scheme, path) =>
                     {
                         out.push(format!(
                             "source {:?}: secret file {} is readable by every user; chmod \
@@ -115,6 +109,11 @@ impl Config {
                     s.name,
                     humantime::format_duration(s.keep_identity)
                 ));
+            }
+            for t in &s.targets {
+                for w in t.destination.warnings() {
+                    out.push(format!("source {:?} target {:?}: {w}", s.name, t.name));
+                }
             }
             if let Some(hole) = replay_hole(&s.scheme) {
                 out.push(format!("source {:?}: {hole}", s.name));

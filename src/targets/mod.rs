@@ -189,6 +189,12 @@ pub trait Destination: std::fmt::Debug + Send + Sync {
         Ok(())
     }
 
+    /// What works but an operator should know (a credential written in the file), which
+    /// `check` prints and `serve` logs.
+    fn warnings(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// The running target, its attempts limited to `timeout`. Made before any loop starts
     /// (an HTTP client, a signing key, a connector), so that a reload switches whole or
     /// not at all.

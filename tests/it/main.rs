@@ -123,4 +123,5 @@ mod sns;
 mod steer;
 mod store_failure;
 mod support;
+mod target_auth;
 mod web;
