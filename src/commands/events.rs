@@ -36,6 +36,10 @@ pub struct Args {
     /// Only events with this status (derived from their deliveries)
     #[arg(long, value_enum)]
     pub status: Option<Status>,
+    /// Only events of this type as the TYPE column shows it, where `*` is any run of
+    /// characters, dots included: 'invoice.*', '*.deleted', 'push'
+    #[arg(long = "type", visible_alias = "event-type", value_name = "TYPE")]
+    pub event_type: Option<String>,
     /// Only events received at or after TIME: an RFC 3339 time (2026-11-30T07:00:00Z) or a
     /// duration ago (2h, 30m, 7d)
     #[arg(long, value_name = "TIME", value_parser = clock::parse_time_arg)]
@@ -182,6 +186,7 @@ fn filter(args: &Args) -> EventFilter {
     EventFilter {
         source: args.source.clone(),
         status: args.status.map(|s| s.as_str().to_owned()),
+        event_type: args.event_type.clone(),
         since: args.since.clone(),
         until: args.until.clone(),
         ..EventFilter::default()

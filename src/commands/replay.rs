@@ -46,8 +46,9 @@ pub struct Args {
     /// Only events received before TIME (same forms as --since)
     #[arg(long, value_name = "TIME", value_parser = crate::clock::parse_time_arg)]
     pub until: Option<String>,
-    /// Every delivery of events of this type, exactly as `events` shows it (invoice.paid)
-    #[arg(long, value_name = "TYPE")]
+    /// Every delivery of events of this type as `events` shows it, where `*` is any run of
+    /// characters, dots included: invoice.paid, 'invoice.*'
+    #[arg(long, visible_alias = "type", value_name = "TYPE")]
     pub event_type: Option<String>,
     /// Every delivery whose last error contains TEXT, ignoring ASCII case (as `dead` and
     /// `show` print it: "connection refused", "status 503")

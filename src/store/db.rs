@@ -28,6 +28,42 @@ pub(in crate::store) enum Dialect {
     Postgres,
 }
 
+impl Dialect {
+    /// A condition that `column` matches `pattern`, a pattern of event types as operators
+    /// write it (`invoice.*`: `*` is any run of characters, dots included, and nothing else
+    /// is special), and the pattern as the condition's parameter. Case-sensitive, as
+    /// providers' names are; without a `*` it is equality.
+    pub(in crate::store) fn type_pattern(self, column: &str, pattern: &str) -> (String, String) {
+        let mut bound = String::with_capacity(pattern.len());
+        match self {
+            // GLOB's other wildcards, `?` and `[`, become one-character classes.
+            Dialect::Sqlite => {
+                for c in pattern.chars() {
+                    match c {
+                        '?' => bound.push_str("[?]"),
+                        '[' => bound.push_str("[[]"),
+                        c => bound.push(c),
+                    }
+                }
+                (format!("{column} GLOB ?"), bound)
+            }
+            Dialect::Postgres => {
+                for c in pattern.chars() {
+                    match c {
+                        '*' => bound.push('%'),
+                        '%' | '_' | '\\' => {
+                            bound.push('\\');
+                            bound.push(c);
+                        }
+                        c => bound.push(c),
+                    }
+                }
+                (format!("{column} LIKE ? ESCAPE '\\'"), bound)
+            }
+        }
+    }
+}
+
 impl<'a> Db<'a> {
     pub(in crate::store) fn dialect(self) -> Dialect {
         match self {

@@ -135,7 +135,10 @@ impl Filter {
         }
         text("e.received_at >= ?", &self.since);
         text("e.received_at < ?", &self.until);
-        text("e.event_type = ?", &self.event_type);
+        if let Some(t) = &self.event_type {
+            let (matches, pattern) = dialect.type_pattern("e.event_type", t);
+            text(&matches, &Some(pattern));
+        }
         // instr rather than LIKE: the operator's text may hold % or _, which LIKE would
         // take as wildcards.
         let contains = match dialect {

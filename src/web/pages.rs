@@ -360,7 +360,7 @@ impl Page<'_> {
                         }
                     }
                 }
-                label { "Type " input type="text" name="type" value=(raw("type")) size="16"; }
+                label title="* matches any run of characters, dots included" { "Type " input type="text" name="type" value=(raw("type")) size="16" placeholder="invoice.*"; }
                 label { "Status "
                     select name="status" {
                         option value="" { "any" }

@@ -318,6 +318,46 @@ async fn replay_selects_by_state_event_type_and_error_and_requeues_only_those(ba
     };
     assert_eq!(dry(&["--error", "ANSWERED 500"]).await, ["b1", "b2"]);
     assert_eq!(dry(&["--event-type", "invoice.gone"]).await, ["g1", "g2"]);
+    // `*` is any run of characters, dots included; nothing else is a wildcard, and case
+    // counts, on both backends.
+    assert_eq!(
+        dry(&["--type", "invoice.*"]).await,
+        ["b1", "b2", "g1", "g2", "k1"]
+    );
+    assert_eq!(dry(&["--type", "*.gone"]).await, ["g1", "g2"]);
+    assert_eq!(dry(&["--type", "inv*g*e"]).await, ["g1", "g2"]);
+    for nothing in [
+        "invoice_gone",
+        "invoice.?one",
+        "invoice.%",
+        "INVOICE.*",
+        "[i]nvoice.*",
+    ] {
+        assert_eq!(
+            dry(&["--type", nothing]).await,
+            Vec::<String>::new(),
+            "{nothing}"
+        );
+    }
+    let (code, out, err) = run(&[
+        "events",
+        "--type",
+        "invoice.b*",
+        "--json",
+        "--config",
+        &config,
+    ])
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let listing: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let mut typed_ids: Vec<String> = listing["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event_id"].as_str().unwrap().to_owned())
+        .collect();
+    typed_ids.sort();
+    assert_eq!(typed_ids, ["b1", "b2"]);
     assert_eq!(dry(&["--state", "delivered"]).await, ["k1"]);
     assert_eq!(dry(&["--dead"]).await, ["b1", "b2", "g1", "g2"]);
     // Filters narrow each other.

@@ -247,6 +247,28 @@ async fn a_browser_filters_opens_an_event_sees_its_body_and_replays_it(backend: 
     }
     screenshot(c, "events").await;
 
+    // By type, with a glob as a person would type it: the one invoice among the tests.
+    c.goto(&format!("{}/events", server.admin)).await.unwrap();
+    let form = c.form(Locator::Css("form.filters")).await.unwrap();
+    form.set_by_name("type", "invoice.*").await.unwrap();
+    form.submit().await.unwrap();
+    c.wait()
+        .for_element(Locator::XPath(
+            "//input[@name='type' and @value='invoice.*']",
+        ))
+        .await
+        .unwrap();
+    let rows = c
+        .find_all(Locator::Css("main table tbody tr"))
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1, "one invoice");
+    let row = rows[0].text().await.unwrap();
+    assert!(
+        row.contains("evt_hostile") && row.contains("invoice.paid"),
+        "{row}"
+    );
+
     // Open the hostile event from the unfiltered list: its body is shown as text.
     c.goto(&format!("{}/events?source=sw", server.admin))
         .await

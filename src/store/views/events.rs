@@ -119,7 +119,8 @@ impl Db<'_> {
             test(&format!(" AND {unindexed}v.source = ?"), s.clone().into());
         }
         if let Some(t) = &filter.event_type {
-            test(" AND v.event_type = ?", t.clone().into());
+            let (matches, pattern) = self.dialect().type_pattern("v.event_type", t);
+            test(&format!(" AND {matches}"), pattern.into());
         }
         if let Some(s) = &filter.status {
             test(" AND v.status = ?", s.clone().into());
