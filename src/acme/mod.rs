@@ -13,11 +13,9 @@
 pub mod http01;
 mod order;
 
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use futures_util::FutureExt;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::CertifiedKey;
@@ -255,27 +253,14 @@ impl Acme {
             prefix: &rows.challenge,
             spread: self.spread,
         };
-        let ordering = async {
-            let (account, created) = order::account(&self.settings, account).await?;
-            if let Some(credentials) = created {
-                let (name, value) = (rows.account.clone(), serde_json::to_string(&credentials)?);
-                self.store
-                    .change(move |db, now| store::kept::put(db, &name, &value, now))
-                    .await?;
-            }
-            order::obtain(&self.settings, &account, &answering).await
-        };
-        // instant-acme 0.8 panics on some answers of the ACME server (a `Retry-After` of
-        // more seconds than a date can hold overflows its clock arithmetic): taken as a
-        // failed order, retried with backoff, rather than ending certificate renewal.
-        let obtained = AssertUnwindSafe(ordering)
-            .catch_unwind()
-            .await
-            .map_err(|_| {
-                anyhow::anyhow!(
-                    "the ACME client (instant-acme) panicked on an answer of the ACME server"
-                )
-            })??;
+        let (account, created) = order::account(&self.settings, account).await?;
+        if let Some(credentials) = created {
+            let (name, value) = (rows.account.clone(), serde_json::to_string(&credentials)?);
+            self.store
+                .change(move |db, now| store::kept::put(db, &name, &value, now))
+                .await?;
+        }
+        let obtained = order::obtain(&self.settings, &account, &answering).await?;
         let kept = Kept {
             chain: obtained.chain_pem,
             key: obtained.key_pem,

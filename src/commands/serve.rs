@@ -486,9 +486,16 @@ pub async fn start_with(
     // The replica's name holds the ACME lease, so that a restart of this replica takes
     // back a lease it held when it stopped mid-order. With the machine's id: VMs cloned
     // from one image may share a hostname and listen address, and two holders of one name
-    // would both order.
+    // would both order. Hashed with the program's name, as machine-id(5) asks of an id
+    // that leaves the machine (here into a shared inbox).
     let holder = match std::fs::read_to_string("/etc/machine-id") {
-        Ok(id) if !id.trim().is_empty() => format!("{replica}#{}", id.trim()),
+        Ok(id) if !id.trim().is_empty() => {
+            let digest = ring::digest::digest(
+                &ring::digest::SHA256,
+                format!("hookinbox acme lease {}", id.trim()).as_bytes(),
+            );
+            format!("{replica}#{}", hex::encode(&digest.as_ref()[..8]))
+        }
         _ => replica.clone(),
     };
     let acme_task = match (config.server.acme.clone(), &certificates) {

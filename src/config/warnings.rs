@@ -122,6 +122,11 @@ impl Config {
                 out.push(format!("source {:?}: {caveat}", s.name));
             }
         }
+        for t in &self.alerts {
+            for w in t.destination.warnings() {
+                out.push(format!("alert target {:?}: {w}", t.name));
+            }
+        }
         if self.sources.is_empty() {
             out.push(format!(
                 "{} has no [[sources]]: hookinbox receives nothing until one is added. Add a \

@@ -50,9 +50,9 @@ pub enum Outcome {
 
 impl Outcome {
     /// Every label [`Outcome::label`] gives a request that reached a source, each counted
-    /// from zero for every source (`Metrics::configure`). `not_found` and
-    /// `method_not_allowed` are answered before a source is chosen and never counted.
-    pub const COUNTED: [&'static str; 11] = [
+    /// from zero for every source (`Metrics::configure`). `not_found` is answered before a
+    /// source is chosen and never counted.
+    pub const COUNTED: [&'static str; 12] = [
         "accepted",
         "duplicate",
         "conflict",
@@ -64,6 +64,7 @@ impl Outcome {
         "overloaded",
         "unavailable",
         "forbidden",
+        "method_not_allowed",
     ];
 
     /// The metric label. `None` for requests that reached no source.
@@ -207,6 +208,7 @@ mod tests {
             Outcome::KeyUnavailable("refused".into()),
             Outcome::Forbidden,
             Outcome::NoAllowList("github"),
+            Outcome::MethodNotAllowed(&[]),
         ];
         let mut labels: Vec<&str> = outcomes.iter().map(Outcome::label).collect();
         labels.sort_unstable();

@@ -226,7 +226,7 @@ impl Receiver {
     /// reserved for it up front cost every head its declared size in address space, and
     /// ten floods of 1,000 unauthenticated 1 MiB bodies left the process at 572 MiB
     /// resident, growing with each; kept as they arrive (and with an allocator that gives
-    /// freed pages back), it returns to about 22 MiB (BENCHMARKS.md, "Bounded resources").
+    /// freed pages back), it returns to 20-23 MiB (BENCHMARKS.md, "Bounded resources").
     async fn read_body(
         &self,
         mut body: Incoming,

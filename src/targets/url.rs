@@ -147,16 +147,28 @@ impl TargetKind for Written {
                 Some(secret)
             }
         };
-        let headers = match self.headers {
+        let headers: Vec<ExtraHeader> = match self.headers {
             None => Vec::new(),
             Some(written) => written
                 .into_iter()
                 .map(|(name, reference)| extra_header(cx, name, &reference))
                 .collect::<Result<_, _>>()?,
         };
+        if sign_secret.is_some()
+            && let Some(h) = headers
+                .iter()
+                .find(|h| standard_webhooks::is_signature_header(h.name.as_str()))
+        {
+            return Err(format!(
+                "{at}.headers.{}: with sign_secret, hookinbox signs the request and sets \
+                 this header itself",
+                h.name
+            ));
+        }
         let https = parsed.scheme() == "https";
         let only_https = |key: &str| {
-            format!("{at}.{key} is for an https:// url; {at}.url {url:?} is not one")
+            let shown = redacted(&url);
+            format!("{at}.{key} is for an https:// url; {at}.url {shown:?} is not one")
         };
         let identity = match (self.client_cert, self.client_key) {
             (None, None) => None,
@@ -313,8 +325,7 @@ impl PrivateCa {
     }
 }
 
-/// A url target, checked.
-#[derive(Debug)]
+/// A url target, checked. Its `Debug` shows the URL redacted, as `check` does.
 pub struct UrlSettings {
     url: String,
     /// When set, forwarded requests carry a Standard Webhooks signature made with it.
@@ -322,6 +333,18 @@ pub struct UrlSettings {
     headers: Vec<ExtraHeader>,
     identity: Option<ClientIdentity>,
     ca: Option<PrivateCa>,
+}
+
+impl std::fmt::Debug for UrlSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UrlSettings")
+            .field("url", &redacted(&self.url))
+            .field("sign_secret", &self.sign_secret)
+            .field("headers", &self.headers)
+            .field("identity", &self.identity)
+            .field("ca", &self.ca)
+            .finish()
+    }
 }
 
 /// `url` as it may be shown: a password in it as `***`.
@@ -426,7 +449,6 @@ pub struct UrlTarget {
 }
 
 impl UrlTarget {
-
     pub async fn post(&self, a: &Attempt<'_>) -> AttemptResult {
         // Headers that the request's own Connection header named are hop-by-hop too.
         let named_by_connection: Vec<String> = a

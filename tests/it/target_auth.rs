@@ -269,6 +269,18 @@ client_key = "{key}"
             "hookinbox sets this header itself",
         ),
         (
+            format!(
+                "url = \"https://app.example/\"\nsign_secret = \"file:{}/secret\"\n\
+                 headers = {{ webhook-signature = \"v1,forged\" }}",
+                dir.display()
+            ),
+            "with sign_secret, hookinbox signs the request and sets this header itself",
+        ),
+        (
+            "url = \"http://forwarder:pa55word@app.example/\"\nca = \"ca.pem\"".to_owned(),
+            "ca is for an https:// url; sources[0] (\"sw\").targets[0] (\"app\").url \"http://forwarder:***@app.example/\"",
+        ),
+        (
             "url = \"https://app.example/\"\nheaders = { Authorization = \"env:HOOKINBOX_NO_SUCH_VAR\" }".to_owned(),
             "headers.Authorization: environment variable HOOKINBOX_NO_SUCH_VAR is not set",
         ),

@@ -244,18 +244,21 @@ mod tests {
         let zendesk = find("zendesk").and_then(|p| p.addresses.as_ref()).unwrap();
         // The shape of GET https://<subdomain>.zendesk.com/ips: where Zendesk connects
         // from (egress), and where its customers connect to (ingress), which must not count.
-        let ips = br#"{"egress":{"all":["102.16.12.41/32","102.16.90.41/32"],
+        let ips = br#"{"ips":{"egress":{"all":["102.16.12.41/32","102.16.90.41/32"],
             "specific":["102.16.12.41/32"]},
-            "ingress":{"all":["102.16.41.41/32"],"specific":["104.16.41.41/32"]}}"#;
+            "ingress":{"all":["102.16.41.41/32"],"specific":["104.16.41.41/32"]}}}"#;
         let ranges = (zendesk.parse)(ips).unwrap();
         assert_eq!(ranges.len(), 2);
+        // The reference's schema, without the wrapper, is read too.
+        let bare = br#"{"egress":{"all":["102.16.12.41/32"]}}"#;
+        assert_eq!((zendesk.parse)(bare).unwrap().len(), 1);
         assert!(
             !ranges
                 .iter()
                 .any(|r| r.contains("102.16.41.41".parse().unwrap()))
         );
         let e = (zendesk.parse)(br#"{"egress":{"specific":[]}}"#).unwrap_err();
-        assert!(e.contains("no array \"egress.all\""), "{e}");
+        assert!(e.contains("no array \"ips.egress.all\""), "{e}");
         for (bad, why) in [
             (&b"<html>"[..], "not JSON"),
             (br#"{"web":[]}"#, "no array \"hooks\""),

@@ -22,13 +22,17 @@ const TIMESTAMP_HEADER: &str = "X-Zendesk-Webhook-Signature-Timestamp";
 pub const PROVIDER: super::Provider = super::Provider {
     // developer.zendesk.com `public_ips`: `GET /ips` on any Zendesk subdomain, anonymous,
     // answers `egress.all`, "the list of IPs Zendesk will connect to your systems" from
-    // (CIDR text). Its `specific` list is the account's pod's only, and changes when the
-    // account moves: not used. An account's own subdomain can be set in
-    // `[server.allow_lists]`.
+    // (CIDR text). The endpoint wraps it in `ips` (as scripts that read it show), the
+    // reference's schema does not: both are read. Its `specific` list is the account's
+    // pod's only, and changes when the account moves: not used. An account's own
+    // subdomain can be set in `[server.allow_lists]`.
     addresses: Some(super::Addresses {
         url: "https://support.zendesk.com/ips",
         what: "the `egress` addresses of Zendesk's public IPs API",
-        parse: |body| super::ranges_at(body, &["egress", "all"]),
+        parse: |body| {
+            super::ranges_at(body, &["ips", "egress", "all"])
+                .or_else(|wrapped| super::ranges_at(body, &["egress", "all"]).map_err(|_| wrapped))
+        },
     }),
     ..super::Provider::new("zendesk", build)
 };
