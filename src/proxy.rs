@@ -46,6 +46,11 @@ impl Cidr {
         Ok(Cidr { addr, prefix })
     }
 
+    /// Whether the two share an address (ranges are nested or apart).
+    pub fn overlaps(&self, other: &Cidr) -> bool {
+        self.contains(other.addr) || other.contains(self.addr)
+    }
+
     pub fn contains(&self, ip: IpAddr) -> bool {
         // An IPv4 peer on a dual-stack socket shows as ::ffff:a.b.c.d.
         let ip = match ip {

@@ -110,6 +110,22 @@ impl Config {
                     humantime::format_duration(s.keep_identity)
                 ));
             }
+            let pinned = s.allow_from.iter().flat_map(|a| &a.ranges);
+            for (range, proxy) in pinned.flat_map(|r| {
+                self.server
+                    .trusted_proxies
+                    .iter()
+                    .filter(|p| p.overlaps(r))
+                    .map(move |p| (r, p))
+            }) {
+                out.push(format!(
+                    "source {:?}: allow_from {range} overlaps server.trusted_proxies {proxy}: \
+                     a client there is taken for a proxy, so what it sends itself is refused \
+                     (403) and what its X-Forwarded-For says is believed; keep \
+                     trusted_proxies to the proxies' own addresses",
+                    s.name
+                ));
+            }
             for t in &s.targets {
                 for w in t.destination.warnings() {
                     out.push(format!("source {:?} target {:?}: {w}", s.name, t.name));

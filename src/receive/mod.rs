@@ -577,12 +577,12 @@ impl listener::Handler for Receiver {
             return Outcome::NotFound.response();
         };
         let client = proxy::client(peer.ip(), req.headers(), &live.trusted_proxies);
+        // A trusted proxy that named no client (no `X-Forwarded-For`, or only proxies in
+        // it): the sender is unknown, and `allow_from` must not take it for the proxy.
+        let unnamed = live.trusted_proxies.iter().any(|p| p.contains(client));
         let methods = source.config.scheme.verifier().methods();
         let method = req.method().clone();
         let (outcome, event_id) = if methods.contains(&method) {
-            // A trusted proxy that named no client (no `X-Forwarded-For`, or only proxies
-            // in it): the sender is unknown, and `allow_from` must not take it for the proxy.
-            let unnamed = live.trusted_proxies.iter().any(|p| p.contains(client));
             self.receive(source, client, unnamed, req).await
         } else {
             (Outcome::MethodNotAllowed(methods), None)
@@ -645,6 +645,10 @@ impl listener::Handler for Receiver {
                 source = %source.name, %client, provider, outcome = "unavailable", status = status.as_u16(),
                 duration_ms, "no list of the provider's webhook addresses has been fetched yet; \
                 answered 503 so the provider retries"),
+            Outcome::Forbidden if unnamed => tracing::info!(
+                source = %source.name, proxy = %client, outcome = outcome.label(), status = status.as_u16(),
+                duration_ms, "request refused: a trusted proxy sent it without naming its client \
+                in X-Forwarded-For, so allow_from cannot decide"),
             Outcome::MethodNotAllowed(methods) => tracing::info!(
                 source = %source.name, %client, %method, outcome = outcome.label(), status = status.as_u16(),
                 allowed = ?methods, duration_ms, "request refused: the source's scheme takes no such method"),

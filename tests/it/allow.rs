@@ -151,6 +151,20 @@ async fn behind_a_trusted_proxy_the_client_it_names_decides_and_a_forged_header_
     let only_proxies = signed("loopback", "evt_only_proxies", "127.0.0.1");
     assert_eq!(server.post("loopback", &only_proxies).await.0, 403);
     assert_eq!(events(&server, "loopback"), 1);
+    // check says where a range and the trusted proxies overlap, and only there.
+    let (code, out, err) = hookinbox(&[
+        "check",
+        "--config",
+        &server.config.path.display().to_string(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(
+            "source \"loopback\": allow_from 127.0.0.0/8 overlaps server.trusted_proxies 127.0.0.1"
+        ),
+        "{out}"
+    );
+    assert!(!out.contains("source \"pinned\": allow_from"), "{out}");
     server.stop().await;
 
     // Without trusted proxies the header is anyone's to write: the peer decides.
