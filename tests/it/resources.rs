@@ -146,12 +146,13 @@ async fn an_inbox_under_retention_stays_within_a_bound() {
     server.stop().await;
 }
 
-/// The peak resident memory of a process, in KiB (`VmHWM`).
-fn peak_rss_kib(pid: u32) -> u64 {
+/// A memory figure of a process from `/proc/PID/status`, in KiB: `VmHWM:` (its peak
+/// resident memory) or `VmSize:` (what it has reserved, touched or not).
+fn status_kib(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap()
 }
@@ -174,7 +175,7 @@ async fn bodies_in_flight_stay_within_the_memory_budget() {
     let config = dir.path().join("hookinbox.toml");
     std::fs::write(&config, config_text(&settings, &db, ONE_SOURCE)).unwrap();
     let proc = crate::proc::Proc::spawn(&config);
-    let before = peak_rss_kib(proc.pid());
+    let before = status_kib(proc.pid(), "VmHWM:");
 
     const BODY: usize = 1024 * 1024;
     let mut attackers = tokio::task::JoinSet::new();
@@ -215,7 +216,7 @@ async fn bodies_in_flight_stay_within_the_memory_budget() {
             refused += 1;
         }
     }
-    let peak = peak_rss_kib(proc.pid());
+    let peak = status_kib(proc.pid(), "VmHWM:");
     eprintln!(
         "200 nearly complete 1 MiB bodies, budget 4 MiB: peak RSS {} MiB (at start {} MiB), {refused} answered 503",
         peak / 1024,
@@ -239,16 +240,6 @@ async fn bodies_in_flight_stay_within_the_memory_budget() {
         .await
         .unwrap();
     assert_eq!(resp.status().as_u16(), 200);
-}
-
-/// A process's virtual size in KiB (`VmSize`): what it has reserved, touched or not.
-fn vm_size_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmSize:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
 }
 
 /// 300 connections each declare a 1 MiB body and send one byte of it. The server holds
@@ -293,7 +284,7 @@ async fn a_declared_length_reserves_nothing_before_the_bytes_arrive() {
             .unwrap();
         metric(&text, "hookinbox_body_bytes_in_memory")
     };
-    let before = vm_size_kib(proc.pid());
+    let before = status_kib(proc.pid(), "VmSize:");
     let mut held = Vec::new();
     for _ in 0..300 {
         let mut s = tokio::net::TcpStream::connect(proc.public).await.unwrap();
@@ -308,7 +299,7 @@ async fn a_declared_length_reserves_nothing_before_the_bytes_arrive() {
         tokio::time::sleep(Duration::from_millis(50)).await;
         bytes = in_memory().await;
     }
-    let grown = vm_size_kib(proc.pid()).saturating_sub(before);
+    let grown = status_kib(proc.pid(), "VmSize:").saturating_sub(before);
     eprintln!(
         "300 bodies declaring 1 MiB, one byte each: {bytes} bytes held, VmSize grew {} MiB",
         grown / 1024
